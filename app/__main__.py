@@ -1,0 +1,45 @@
+"""Command line: `python -m app --model-repository DIR --host HOST --port PORT`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from app.settings import Settings
+
+
+def parse_args(argv: list[str] | None = None) -> dict[str, object]:
+    """Only the options given on the command line; the rest come from Settings."""
+    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
+    parser.add_argument("--model-repository", type=Path, help="Triton model repository folder")
+    parser.add_argument("--models", nargs="+", help="load only these models of the repository")
+    parser.add_argument("--host", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    return {key: value for key, value in vars(args).items() if value is not None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = Settings(**parse_args(argv))  # type: ignore[arg-type]
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from app.main import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=30,
+    )
+
+
+if __name__ == "__main__":
+    main()

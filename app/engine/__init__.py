@@ -1,0 +1,1 @@
+"""The engine layer: model repository, vLLM wrapper, request translation, registry."""

@@ -1,0 +1,38 @@
+"""Runs generate requests against a served model and yields the backend's responses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from app.engine.registry import ServedModel
+from app.engine.responses import ResponseBuilder
+from app.engine.translate import GenerationPlan, plan_generation
+from app.schemas.generate import GenerateRequest
+
+
+def prepare(body: GenerateRequest, model: ServedModel, stream_default: bool) -> GenerationPlan:
+    """Check the model can serve, then validate and translate the request."""
+    model.ensure_ready()
+    return plan_generation(body, model, stream_default=stream_default)
+
+
+async def generate_response(model: ServedModel, plan: GenerationPlan) -> dict[str, Any]:
+    """The single response of a non-streaming request."""
+    builder = ResponseBuilder(plan, model.name, model.version)
+    chunks = [chunk async for chunk in model.engine.generate(plan.engine_request)]
+    return builder.build_final(chunks)
+
+
+async def stream_deltas(model: ServedModel, plan: GenerationPlan) -> AsyncIterator[dict[str, Any]]:
+    """One response per engine step, each with only the text new since the previous one."""
+    if not plan.stream:
+        yield await generate_response(model, plan)
+        return
+    builder = ResponseBuilder(plan, model.name, model.version)
+    chunks = model.engine.generate(plan.engine_request)
+    try:
+        async for chunk in chunks:
+            yield builder.build(chunk)
+    finally:
+        await chunks.aclose()

@@ -1,0 +1,196 @@
+"""Reads a Triton model repository laid out for the vLLM backend.
+
+    <repository>/<model>/config.pbtxt            optional, Triton's model configuration
+    <repository>/<model>/<version>/model.json    vLLM engine arguments
+    <repository>/<model>/<version>/multi_lora.json   adapters, when `enable_lora` is true
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+from tritonclient.grpc import model_config_pb2
+
+from app.errors import ModelConfigError
+from app.settings import PROJECT_ROOT
+
+ENGINE_ARGS_FILE = "model.json"
+LORA_FILE = "multi_lora.json"
+CONFIG_FILE = "config.pbtxt"
+PATH_ENGINE_ARGS = ("model", "tokenizer")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One version of one model, as read from the repository."""
+
+    name: str
+    version: str
+    version_path: Path
+    engine_args: dict[str, Any]
+    loras: dict[str, Path] | None = None
+    parameters: dict[str, str] = field(default_factory=dict)
+    config: Message = field(default_factory=model_config_pb2.ModelConfig)
+
+    def flag(self, key: str) -> bool:
+        """A boolean `parameters` entry of config.pbtxt ("true", any case)."""
+        return self.parameters.get(key, "").strip().lower() == "true"
+
+
+@cache
+def engine_arg_names() -> frozenset[str]:
+    """Names `AsyncEngineArgs` accepts."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs))
+
+
+def load_repository(root: Path, only: list[str] | None = None) -> list[ModelSpec]:
+    """Every version to serve from `root`, restricted to the model names in `only`."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise ModelConfigError(f"model repository {root} is not a directory")
+    wanted = set(only or ())
+    model_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    specs = [
+        spec
+        for model_dir in model_dirs
+        if not wanted or model_dir.name in wanted
+        for spec in load_model(model_dir, root)
+    ]
+    missing = wanted - {spec.name for spec in specs}
+    if missing:
+        raise ModelConfigError(f"models {sorted(missing)} not found in repository {root}")
+    return specs
+
+
+def load_model(model_dir: Path, root: Path) -> list[ModelSpec]:
+    """The versions of one model that its version policy selects."""
+    config = read_config(model_dir)
+    name = config.name or model_dir.name
+    if name != model_dir.name:
+        raise ModelConfigError(
+            f"{model_dir / CONFIG_FILE}: name '{name}' differs from its folder '{model_dir.name}'"
+        )
+    available = sorted(
+        int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
+    )
+    versions = select_versions(config, available)
+    if not versions:
+        raise ModelConfigError(f"model '{name}' in {model_dir} has no version to serve")
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    return [
+        read_version(name, model_dir / str(version), root, config, parameters)
+        for version in versions
+    ]
+
+
+def read_config(model_dir: Path) -> Message:
+    """Parse config.pbtxt with protobuf's text format into Triton's `ModelConfig`."""
+    config = model_config_pb2.ModelConfig()
+    path = model_dir / CONFIG_FILE
+    if path.is_file():
+        try:
+            text_format.Parse(path.read_text(), config)
+        except text_format.ParseError as exc:
+            raise ModelConfigError(f"{path}: {exc}") from exc
+    return config
+
+
+def select_versions(config: Message, available: list[int]) -> list[int]:
+    """Apply Triton's version policy (default: the latest one)."""
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return available
+    if choice == "specific":
+        return [v for v in available if v in set(policy.specific.versions)]
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return available[-max(count, 1) :]
+
+
+def read_version(
+    name: str, version_path: Path, root: Path, config: Message, parameters: dict[str, str]
+) -> ModelSpec:
+    """Read model.json (and multi_lora.json) of one version folder."""
+    engine_args = read_json_object(version_path / ENGINE_ARGS_FILE)
+    check_engine_arg_names(engine_args, version_path / ENGINE_ARGS_FILE)
+    for key in PATH_ENGINE_ARGS:
+        if isinstance(engine_args.get(key), str):
+            engine_args[key] = resolve_model_path(engine_args[key], version_path)
+    loras = None
+    if str(engine_args.get("enable_lora", "")).lower() == "true":
+        engine_args["enable_lora"] = True
+        loras = read_loras(version_path, root)
+    return ModelSpec(
+        name=name,
+        version=version_path.name,
+        version_path=version_path,
+        engine_args=engine_args,
+        loras=loras,
+        parameters=parameters,
+        config=config,
+    )
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ModelConfigError(f"{path} is missing: each version folder needs one")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(f"{path}: invalid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def check_engine_arg_names(engine_args: dict[str, Any], path: Path) -> None:
+    known = engine_arg_names()
+    problems = []
+    for key in sorted(set(engine_args) - known):
+        hint = difflib.get_close_matches(key, known, n=1)
+        problems.append(f"'{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+    if problems:
+        raise ModelConfigError(f"{path}: unknown vLLM engine arguments: {', '.join(problems)}")
+
+
+def resolve_model_path(value: str, version_path: Path) -> str:
+    """A relative path is looked up next to model.json, then from the project root.
+
+    Anything found in neither place (e.g. a Hugging Face model id) is passed unchanged.
+    """
+    candidate = Path(value).expanduser()
+    if candidate.is_absolute():
+        return str(candidate)
+    for base in (version_path, PROJECT_ROOT):
+        if (base / candidate).exists():
+            return str((base / candidate).resolve())
+    return value
+
+
+def read_loras(version_path: Path, root: Path) -> dict[str, Path]:
+    """multi_lora.json: adapter name -> folder; relative folders may not leave the repository."""
+    path = version_path / LORA_FILE
+    if not path.is_file():
+        raise ModelConfigError(f"{path} is missing: `enable_lora` is true in {ENGINE_ARGS_FILE}")
+    entries = read_json_object(path)
+    loras = {}
+    for name, folder in entries.items():
+        if not isinstance(folder, str):
+            raise ModelConfigError(f"{path}: adapter '{name}' must map to a folder path")
+        adapter = Path(folder)
+        if not adapter.is_absolute():
+            adapter = (version_path / adapter).resolve()
+            if not adapter.is_relative_to(root):
+                raise ModelConfigError(f"{path}: adapter '{name}' points outside the repository")
+        loras[name] = adapter
+    return loras

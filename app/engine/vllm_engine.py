@@ -1,0 +1,135 @@
+"""`InferenceEngine` backed by vLLM's `AsyncLLM`, running in this process's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.lora.request import LoRARequest
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError
+
+from app.engine.repository import ModelSpec
+from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
+from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
+
+logger = logging.getLogger(__name__)
+
+UNHEALTHY_MESSAGE = "Model is unavailable due to unhealthy vLLM engine"
+
+try:  # vLLM >= 0.11 splits client errors from server errors
+    from vllm.exceptions import VLLMClientError
+except ImportError:  # pragma: no cover - older vLLM
+    VLLMClientError = ValueError  # type: ignore[misc,assignment]
+
+
+class VllmEngine:
+    """One `AsyncLLM` for one model version."""
+
+    def __init__(self, spec: ModelSpec, cpu_kvcache_space_gib: int = 2) -> None:
+        self._spec = spec
+        self._args = AsyncEngineArgs(**spec.engine_args)
+        self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
+        self._llm: AsyncLLM | None = None
+        self._tokenizer: Any = None
+
+    async def start(self) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
+        self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, self._args)
+        tokenizer = self._llm.get_tokenizer()
+        self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+
+    async def shutdown(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+
+    @property
+    def is_healthy(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
+    @property
+    def supports_images(self) -> bool:
+        return self._llm is not None and bool(self._llm.model_config.is_multimodal_model)
+
+    def render_chat_prompt(self, text: str) -> str:
+        if self._tokenizer is None or not getattr(self._tokenizer, "chat_template", None):
+            return text
+        return self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+
+    async def check_health(self) -> None:
+        if self._llm is None:
+            raise ModelUnavailableError(UNHEALTHY_MESSAGE)
+        try:
+            await self._llm.check_health()
+        except Exception as exc:
+            raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        if self._llm is None:
+            raise ModelUnavailableError(UNHEALTHY_MESSAGE)
+        prompt: dict[str, Any] = {"prompt": request.prompt}
+        if request.images:
+            prompt["multi_modal_data"] = {"image": request.images}
+        lora = None
+        if request.lora is not None:
+            lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
+        outputs = self._llm.generate(
+            prompt, request.sampling_params, request.request_id, lora_request=lora
+        )
+        try:
+            async for output in outputs:
+                yield to_chunk(output)
+        except EngineDeadError as exc:
+            raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+        except (VLLMClientError, ValueError) as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        except Exception as exc:
+            if self._llm is not None and self._llm.errored:
+                raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+            cause = exc.__cause__ or exc
+            logger.exception("request %s failed in the engine", request.request_id)
+            raise ServerError(f"Error generating stream: {cause}") from exc
+        finally:
+            await outputs.aclose()
+
+
+def to_chunk(output: Any) -> GenerationChunk:
+    """A vLLM `RequestOutput` (DELTA or FINAL_ONLY) as an engine-neutral chunk."""
+    return GenerationChunk(
+        completions=[
+            CompletionDelta(
+                index=completion.index,
+                text=completion.text,
+                num_tokens=len(completion.token_ids),
+                cumulative_logprob=completion.cumulative_logprob,
+                logprobs=None if completion.logprobs is None else plain_logprobs(completion.logprobs),
+                finish_reason=completion.finish_reason,
+            )
+            for completion in output.outputs
+        ],
+        num_prompt_tokens=len(output.prompt_token_ids or ()),
+        finished=output.finished,
+    )
+
+
+def plain_logprobs(positions: Iterable[dict[int, Any]]) -> list[TokenLogprobs]:
+    """vLLM's per-position `Logprob` objects as plain dicts, the backend's structure."""
+    return [
+        {
+            token_id: {
+                "logprob": entry.logprob,
+                "rank": entry.rank,
+                "decoded_token": entry.decoded_token,
+            }
+            for token_id, entry in position.items()
+        }
+        for position in positions
+    ]

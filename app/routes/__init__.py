@@ -1,0 +1,1 @@
+"""Thin FastAPI routers: validate, call the engine layer, format."""

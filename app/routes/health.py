@@ -1,0 +1,22 @@
+"""KServe v2 health routes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from app.engine.registry import ModelRegistry
+from app.routes.dependencies import get_registry
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/v2/health/live", summary="Is the server process alive")
+async def live() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/v2/health/ready", summary="Are all models ready to take requests")
+async def ready(registry: ModelRegistry = Depends(get_registry)) -> Response:
+    all_ready = all(model.is_ready for model in registry)
+    return Response(status_code=200 if all_ready else 503)

@@ -1,0 +1,1 @@
+"""Wire formats of the HTTP API (pure Pydantic, no engine imports)."""

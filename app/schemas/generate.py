@@ -1,0 +1,110 @@
+"""Request and response bodies of Triton's generate extension, as the vLLM backend reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+StopValue = StrictStr | list[StrictStr]
+StructuredOutputs = dict[str, Any] | StrictStr
+
+
+class SamplingParameters(BaseModel):
+    """vLLM `SamplingParams` fields, plus the backend's own `stream` and `lora_name`.
+
+    Fields not listed here are passed to `SamplingParams` when vLLM knows them.
+    """
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    stream: bool | None = Field(None, description="Stream responses (generate_stream only).")
+    lora_name: StrictStr | None = Field(None, description="LoRA adapter from multi_lora.json.")
+    apply_chat_template: bool | None = Field(
+        None, description="Wrap text_input in the model's chat template (default: per model)."
+    )
+    max_tokens: int | None = Field(None, ge=1, description="New tokens at most (vLLM: 16).")
+    min_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    n: int | None = Field(None, ge=1, description="Number of completions.")
+    seed: int | None = None
+    stop: StopValue | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    logprobs: int | None = Field(None, ge=0, description="Top log-probabilities per token.")
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0)
+    structured_outputs: StructuredOutputs | None = Field(
+        None, description="vLLM StructuredOutputsParams (json, regex, choice, grammar)."
+    )
+    guided_decoding: StructuredOutputs | None = Field(
+        None, description="Older name of structured_outputs, as the backend accepts it."
+    )
+
+
+class GenerateRequest(BaseModel):
+    """The body of `generate` and `generate_stream`.
+
+    Top-level keys that are not inputs of the backend are taken as parameters, as Triton does.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {
+                    "text_input": "What is Triton Inference Server?",
+                    "parameters": {"stream": False, "temperature": 0, "max_tokens": 32},
+                }
+            ]
+        },
+    )
+
+    text_input: StrictStr = Field(description="The prompt.")
+    image: list[StrictStr] | StrictStr | None = Field(
+        None, description="Base64-encoded images, for multimodal models."
+    )
+    stream: StrictBool | None = None
+    sampling_parameters: StrictStr | None = Field(
+        None, description="Sampling parameters as a JSON string; replaces `parameters`."
+    )
+    exclude_input_in_output: StrictBool | None = None
+    return_finish_reason: StrictBool | None = None
+    return_cumulative_logprob: StrictBool | None = None
+    return_logprobs: StrictBool | None = None
+    return_num_input_tokens: StrictBool | None = None
+    return_num_output_tokens: StrictBool | None = None
+    parameters: SamplingParameters | None = None
+
+
+class GenerateResponse(BaseModel):
+    """One response (or one stream event). With `n > 1` the per-completion fields are lists."""
+
+    model_name: str
+    model_version: str
+    text_output: str | list[str]
+    finish_reason: str | None | list[str | None] = Field(
+        None, description="Why generation stopped ('stop', 'length', ...); null while running."
+    )
+    cumulative_logprob: float | None | list[float | None] = None
+    logprobs: str | list[str] | None = Field(
+        None,
+        description="JSON text: per new token, {token_id: {logprob, rank, decoded_token}}.",
+    )
+    num_input_tokens: int | None = None
+    num_output_tokens: int | list[int] | None = Field(
+        None, description="Tokens generated in this response."
+    )
+
+
+class ErrorResponse(BaseModel):
+    """Triton's error body."""
+
+    error: str

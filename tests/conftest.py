@@ -1,0 +1,61 @@
+"""Shared fixtures: a temporary model repository and an app served by the engine double."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from tests.doubles import FakeEngine
+
+
+def write_model(root: Path, name: str, version: str = "1", config: str | None = None, **engine_args: object) -> Path:
+    """Add one model version to a repository folder."""
+    version_dir = root / name / version
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / "model.json").write_text(json.dumps(engine_args or {"model": "fake-model"}))
+    if config is not None:
+        (root / name / "config.pbtxt").write_text(config)
+    return version_dir
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    write_model(root, "fake")
+    return root
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def make_client(repository: Path) -> Iterator[Callable[..., TestClient]]:
+    """Build a started app around given engines: `make_client(engine)` or `(engine, repo)`."""
+    clients: list[TestClient] = []
+
+    def build(engine: FakeEngine, root: Path | None = None, **settings: object) -> TestClient:
+        app = create_app(
+            Settings(model_repository=root or repository, **settings),  # type: ignore[arg-type]
+            engine_factory=lambda spec: engine,
+        )
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient], engine: FakeEngine) -> TestClient:
+    return make_client(engine)

@@ -1,0 +1,118 @@
+"""An in-memory engine with the interface of `VllmEngine`, for HTTP-layer unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from vllm.sampling_params import RequestOutputKind
+
+from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.errors import ModelUnavailableError, ServerError
+
+WORDS = ["Hello", " from", " the", " fake", " engine", "."]
+TOKEN_LOGPROB = -0.5
+
+
+class FakeEngine:
+    """Completion `i` emits WORDS[(step + i) % 6], one token per step, honouring
+    max_tokens, n, stop strings, logprobs and the output kind of the sampling params."""
+
+    def __init__(
+        self,
+        *,
+        supports_images: bool = False,
+        step_delay: float = 0.0,
+        fail_after: int | None = None,
+        fail_with: Exception | None = None,
+    ) -> None:
+        self.requests: list[GenerationRequest] = []
+        self.active: set[str] = set()
+        self.aborted: list[str] = []
+        self.healthy = True
+        self.started = False
+        self.stopped = False
+        self._supports_images = supports_images
+        self._step_delay = step_delay
+        self._fail_after = fail_after
+        self._fail_with = fail_with
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def shutdown(self) -> None:
+        self.stopped = True
+
+    @property
+    def is_healthy(self) -> bool:
+        return self.healthy
+
+    @property
+    def supports_images(self) -> bool:
+        return self._supports_images
+
+    def render_chat_prompt(self, text: str) -> str:
+        return f"<user>{text}</user><assistant>"
+
+    async def check_health(self) -> None:
+        if not self.healthy:
+            raise ModelUnavailableError("Model is unavailable due to unhealthy vLLM engine")
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        self.requests.append(request)
+        if self._fail_with is not None and self._fail_after is None:
+            raise self._fail_with
+        self.active.add(request.request_id)
+        try:
+            steps = self._steps(request.sampling_params, len(request.prompt.split()))
+            if request.sampling_params.output_kind == RequestOutputKind.FINAL_ONLY:
+                from app.engine.responses import merge_chunks
+
+                yield merge_chunks([chunk async for chunk in steps], request.sampling_params.n)
+            else:
+                async for chunk in steps:
+                    yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            self.aborted.append(request.request_id)
+            raise
+        finally:
+            self.active.discard(request.request_id)
+
+    async def _steps(self, params: Any, num_prompt_tokens: int) -> AsyncIterator[GenerationChunk]:
+        stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
+        running = set(range(params.n))
+        cumulative = [0.0] * params.n
+        for step in range(params.max_tokens):
+            if self._fail_after is not None and step == self._fail_after:
+                raise self._fail_with or ServerError("engine failed")
+            if self._step_delay:
+                await asyncio.sleep(self._step_delay)
+            completions = []
+            for index in sorted(running):
+                word = WORDS[(step + index) % len(WORDS)]
+                finish = None
+                if word.strip() in stops:
+                    word, finish = "", "stop"
+                elif step == params.max_tokens - 1:
+                    finish = "length"
+                cumulative[index] += TOKEN_LOGPROB
+                completions.append(
+                    CompletionDelta(
+                        index=index,
+                        text=word,
+                        num_tokens=1,
+                        cumulative_logprob=cumulative[index] if params.logprobs is not None else None,
+                        logprobs=[{100 + step: {"logprob": TOKEN_LOGPROB, "rank": 1, "decoded_token": word}}]
+                        if params.logprobs is not None
+                        else None,
+                        finish_reason=finish,
+                    )
+                )
+                if finish:
+                    running.discard(index)
+            yield GenerationChunk(
+                completions=completions, num_prompt_tokens=num_prompt_tokens, finished=not running
+            )
+            if not running:
+                return

@@ -1,0 +1,182 @@
+"""Request translation: parameters to `SamplingParams`, flags, LoRA, images, chat template."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+from vllm.sampling_params import RequestOutputKind
+
+from app.engine.registry import ModelState, ServedModel
+from app.engine.repository import ModelSpec
+from app.engine.translate import plan_generation
+from app.errors import InvalidRequestError
+from app.schemas.generate import GenerateRequest
+from tests.doubles import FakeEngine
+
+
+def served(loras: dict[str, Path] | None = None, images: bool = False, chat: bool = False) -> ServedModel:
+    parameters = {"APPLY_CHAT_TEMPLATE": "true"} if chat else {}
+    spec = ModelSpec(
+        name="m", version="1", version_path=Path("."), engine_args={}, loras=loras, parameters=parameters
+    )
+    return ServedModel(spec=spec, engine=FakeEngine(supports_images=images), state=ModelState.READY)
+
+
+def plan(body: dict, stream: bool = False, model: ServedModel | None = None):
+    return plan_generation(GenerateRequest.model_validate(body), model or served(), stream_default=stream)
+
+
+def test_parameters_become_sampling_params() -> None:
+    sampling = plan(
+        {
+            "text_input": "x",
+            "parameters": {
+                "temperature": 0.7,
+                "top_p": 0.9,
+                "top_k": 5,
+                "max_tokens": 7,
+                "min_tokens": 2,
+                "stop": ["a", "b"],
+                "seed": 3,
+                "ignore_eos": True,
+                "repetition_penalty": 1.1,
+                "presence_penalty": 0.5,
+                "frequency_penalty": 0.25,
+            },
+        }
+    ).engine_request.sampling_params
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.7, 0.9, 5)
+    assert (sampling.max_tokens, sampling.min_tokens, sampling.seed) == (7, 2, 3)
+    assert sampling.stop == ["a", "b"] and sampling.ignore_eos
+    assert (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) == (1.1, 0.5, 0.25)
+
+
+def test_vllm_defaults_apply_when_parameters_are_absent() -> None:
+    sampling = plan({"text_input": "x"}).engine_request.sampling_params
+    assert sampling.max_tokens == 16 and sampling.n == 1
+
+
+def test_output_kind_follows_streaming() -> None:
+    assert plan({"text_input": "x"}, stream=True).engine_request.sampling_params.output_kind == RequestOutputKind.DELTA
+    assert plan({"text_input": "x"}).engine_request.sampling_params.output_kind == RequestOutputKind.FINAL_ONLY
+
+
+def test_stream_precedence_top_level_then_parameters_then_route() -> None:
+    assert plan({"text_input": "x", "parameters": {"stream": False}}, stream=True).stream is False
+    assert plan({"text_input": "x", "stream": True, "parameters": {"stream": False}}, stream=True).stream
+    assert plan({"text_input": "x"}, stream=True).stream
+
+
+def test_prompt_is_prepended_unless_streaming_or_excluded() -> None:
+    assert plan({"text_input": "x"}).prepend_input
+    assert not plan({"text_input": "x", "exclude_input_in_output": True}).prepend_input
+    assert not plan({"text_input": "x"}, stream=True).prepend_input
+
+
+def test_streaming_with_input_in_output_is_rejected_like_the_backend() -> None:
+    with pytest.raises(InvalidRequestError, match="exclude_input_in_output"):
+        plan({"text_input": "x", "exclude_input_in_output": False}, stream=True)
+
+
+def test_unknown_parameter_is_named_with_a_suggestion() -> None:
+    with pytest.raises(InvalidRequestError, match=r"parameters\.temprature: .*'temperature'"):
+        plan({"text_input": "x", "parameters": {"temprature": 1}})
+
+
+def test_server_only_sampling_fields_cannot_be_set() -> None:
+    with pytest.raises(InvalidRequestError, match="parameters.output_kind"):
+        plan({"text_input": "x", "parameters": {"output_kind": 1}})
+
+
+def test_vllm_validation_errors_become_400() -> None:
+    with pytest.raises(InvalidRequestError, match="n must be 1 when using greedy sampling"):
+        plan({"text_input": "x", "parameters": {"n": 2, "temperature": 0}})
+
+
+def test_sampling_parameters_string_replaces_parameters() -> None:
+    result = plan(
+        {
+            "text_input": "x",
+            "sampling_parameters": json.dumps({"max_tokens": 3, "stop": ["z"]}),
+            "parameters": {"max_tokens": 9},
+        }
+    )
+    assert result.engine_request.sampling_params.max_tokens == 3
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("{bad", "sampling_parameters: invalid JSON"), ("[1]", "must be a JSON object"),
+     ('{"top_p": 5}', "sampling_parameters.top_p")],
+)
+def test_bad_sampling_parameters_are_named(raw: str, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        plan({"text_input": "x", "sampling_parameters": raw})
+
+
+def test_top_level_extras_are_parameters_as_in_triton() -> None:
+    assert plan({"text_input": "x", "max_tokens": 4}).engine_request.sampling_params.max_tokens == 4
+    with pytest.raises(InvalidRequestError, match="bogus"):
+        plan({"text_input": "x", "bogus": 1})
+
+
+def test_cumulative_logprob_asks_vllm_for_sampled_logprobs_only() -> None:
+    result = plan({"text_input": "x", "return_cumulative_logprob": True})
+    assert result.engine_request.sampling_params.logprobs == 0
+    assert not result.logprobs_requested
+    assert plan({"text_input": "x", "parameters": {"logprobs": 2}}).logprobs_requested
+
+
+@pytest.mark.parametrize("key", ["structured_outputs", "guided_decoding"])
+def test_structured_outputs_from_object_or_json_string(key: str) -> None:
+    for value in ({"choice": ["yes", "no"]}, json.dumps({"choice": ["yes", "no"]})):
+        sampling = plan({"text_input": "x", "parameters": {key: value}}).engine_request.sampling_params
+        assert sampling.structured_outputs.choice == ["yes", "no"]
+
+
+def test_lora_errors_use_the_backend_messages(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequestError, match="^LoRA feature is not enabled.$"):
+        plan({"text_input": "x", "parameters": {"lora_name": "a"}})
+    model = served(loras={"a": tmp_path / "a", "b": tmp_path / "b"})
+    with pytest.raises(InvalidRequestError, match=r"^LoRA c is not supported, we currently support \['a', 'b'\]$"):
+        plan({"text_input": "x", "parameters": {"lora_name": "c"}}, model=model)
+    lora = plan({"text_input": "x", "parameters": {"lora_name": "b"}}, model=model).engine_request.lora
+    assert (lora.name, lora.int_id, lora.path) == ("b", 2, tmp_path / "b")
+
+
+def png_base64() -> str:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), "red").save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_images_decode_for_multimodal_models() -> None:
+    images = plan({"text_input": "x", "image": [png_base64()]}, model=served(images=True)).engine_request.images
+    assert len(images) == 1 and images[0].size == (4, 4) and images[0].mode == "RGB"
+
+
+def test_bad_image_names_its_index() -> None:
+    with pytest.raises(InvalidRequestError, match=r"^image\.1: not a base64-encoded image"):
+        plan({"text_input": "x", "image": [png_base64(), "bm90IGFuIGltYWdl"]}, model=served(images=True))
+
+
+def test_text_only_model_refuses_images() -> None:
+    with pytest.raises(InvalidRequestError, match="takes no images"):
+        plan({"text_input": "x", "image": [png_base64()]})
+
+
+def test_chat_template_per_model_with_request_override() -> None:
+    assert plan({"text_input": "hi"}, model=served(chat=True)).engine_request.prompt == "<user>hi</user><assistant>"
+    no_chat = {"text_input": "hi", "parameters": {"apply_chat_template": False}}
+    assert plan(no_chat, model=served(chat=True)).engine_request.prompt == "hi"
+    assert plan({"text_input": "hi"}).engine_request.prompt == "hi"
+
+
+def test_every_request_gets_its_own_id() -> None:
+    assert plan({"text_input": "x"}).engine_request.request_id != plan({"text_input": "x"}).engine_request.request_id
