@@ -12,6 +12,9 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
+UNHEALTHY_MESSAGE = "Model is unavailable due to unhealthy vLLM engine"
+
+
 class ServerError(Exception):
     """An error answered as `{"error": message}` with `status_code`."""
 
@@ -38,6 +41,12 @@ class ModelUnavailableError(ServerError):
     """The model exists but cannot take requests now (starting, unhealthy, draining)."""
 
     status_code = 503
+
+
+class ModelLoadError(ServerError):
+    """Loading a model from the repository failed (Triton answers these with 400)."""
+
+    status_code = 400
 
 
 class ModelConfigError(Exception):

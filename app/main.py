@@ -10,10 +10,10 @@ from fastapi import FastAPI
 
 import app as package
 from app.engine.registry import EngineFactory, ModelRegistry
-from app.engine.repository import ModelSpec, load_repository
+from app.engine.repository import ModelSpec
 from app.engine.types import InferenceEngine
 from app.errors import install_error_handlers
-from app.routes import generate, health
+from app.routes import generate, health, models, repository
 from app.schemas.generate import GenerateRequest
 from app.settings import Settings
 
@@ -33,8 +33,12 @@ def create_app(
 ) -> FastAPI:
     """Build the app; engines start in its lifespan, before it accepts traffic."""
     settings = settings or Settings()
-    specs = load_repository(settings.model_repository, settings.models)
-    registry = ModelRegistry(specs, engine_factory or vllm_engine_factory(settings))
+    registry = ModelRegistry(
+        settings.model_repository,
+        engine_factory or vllm_engine_factory(settings),
+        only=settings.models,
+        drain_timeout=settings.drain_timeout_seconds,
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -55,6 +59,8 @@ def create_app(
     install_error_handlers(app)
     app.include_router(generate.router)
     app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(repository.router)
     add_schema_components(app, GenerateRequest)
     return app
 

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     cpu_kvcache_space_gib: int = Field(
         2, ge=1, description="KV cache size for CPU engines (VLLM_CPU_KVCACHE_SPACE)."
     )
+    drain_timeout_seconds: float = Field(
+        30, ge=0, description="How long running requests may finish on unload or shutdown."
+    )
     sse_ping_seconds: int = Field(15, ge=1, description="Interval of SSE keep-alive comments.")
 
     @classmethod

@@ -20,7 +20,8 @@ def prepare(body: GenerateRequest, model: ServedModel, stream_default: bool) -> 
 async def generate_response(model: ServedModel, plan: GenerationPlan) -> dict[str, Any]:
     """The single response of a non-streaming request."""
     builder = ResponseBuilder(plan, model.name, model.version)
-    chunks = [chunk async for chunk in model.engine.generate(plan.engine_request)]
+    async with model.request_slot():
+        chunks = [chunk async for chunk in model.engine.generate(plan.engine_request)]
     return builder.build_final(chunks)
 
 
@@ -30,9 +31,10 @@ async def stream_deltas(model: ServedModel, plan: GenerationPlan) -> AsyncIterat
         yield await generate_response(model, plan)
         return
     builder = ResponseBuilder(plan, model.name, model.version)
-    chunks = model.engine.generate(plan.engine_request)
-    try:
-        async for chunk in chunks:
-            yield builder.build(chunk)
-    finally:
-        await chunks.aclose()
+    async with model.request_slot():
+        chunks = model.engine.generate(plan.engine_request)
+        try:
+            async for chunk in chunks:
+                yield builder.build(chunk)
+        finally:
+            await chunks.aclose()

@@ -26,6 +26,8 @@ ENGINE_ARGS_FILE = "model.json"
 LORA_FILE = "multi_lora.json"
 CONFIG_FILE = "config.pbtxt"
 PATH_ENGINE_ARGS = ("model", "tokenizer")
+RENAMED_ENGINE_ARGS = {"disable_log_requests": "enable_log_requests"}
+"""Boolean engine arguments vLLM renamed to their negation; old model.json files still load."""
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,11 @@ def load_repository(root: Path, only: list[str] | None = None) -> list[ModelSpec
     if not root.is_dir():
         raise ModelConfigError(f"model repository {root} is not a directory")
     wanted = set(only or ())
-    model_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     specs = [
         spec
-        for model_dir in model_dirs
-        if not wanted or model_dir.name in wanted
-        for spec in load_model(model_dir, root)
+        for name in model_names(root)
+        if not wanted or name in wanted
+        for spec in load_model(root / name, root)
     ]
     missing = wanted - {spec.name for spec in specs}
     if missing:
@@ -72,8 +73,15 @@ def load_repository(root: Path, only: list[str] | None = None) -> list[ModelSpec
     return specs
 
 
+def model_names(root: Path) -> list[str]:
+    """Folders of the repository, each a model."""
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def load_model(model_dir: Path, root: Path) -> list[ModelSpec]:
     """The versions of one model that its version policy selects."""
+    if not model_dir.is_dir():
+        raise ModelConfigError(f"failed to load '{model_dir.name}': no such model in the repository")
     config = read_config(model_dir)
     name = config.name or model_dir.name
     if name != model_dir.name:
@@ -121,8 +129,9 @@ def read_version(
     name: str, version_path: Path, root: Path, config: Message, parameters: dict[str, str]
 ) -> ModelSpec:
     """Read model.json (and multi_lora.json) of one version folder."""
-    engine_args = read_json_object(version_path / ENGINE_ARGS_FILE)
+    engine_args = upgrade_engine_args(read_json_object(version_path / ENGINE_ARGS_FILE))
     check_engine_arg_names(engine_args, version_path / ENGINE_ARGS_FILE)
+    check_instance_kind(config, engine_args, version_path.parent / CONFIG_FILE)
     for key in PATH_ENGINE_ARGS:
         if isinstance(engine_args.get(key), str):
             engine_args[key] = resolve_model_path(engine_args[key], version_path)
@@ -151,6 +160,29 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: expected a JSON object")
     return data
+
+
+def upgrade_engine_args(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """Map renamed arguments onto the installed vLLM's names, leaving current ones as they are."""
+    known = engine_arg_names()
+    upgraded = dict(engine_args)
+    for old, new in RENAMED_ENGINE_ARGS.items():
+        if old in upgraded and old not in known and new in known:
+            upgraded[new] = str(upgraded.pop(old)).lower() != "true"
+    return upgraded
+
+
+def check_instance_kind(config: Message, engine_args: dict[str, Any], path: Path) -> None:
+    """The backend's rule: a model spread over several GPUs must be declared KIND_MODEL."""
+    devices = int(engine_args.get("tensor_parallel_size", 1)) * int(
+        engine_args.get("pipeline_parallel_size", 1)
+    )
+    kinds = {group.kind for group in config.instance_group}
+    if devices > 1 and kinds != {model_config_pb2.ModelInstanceGroup.KIND_MODEL}:
+        raise ModelConfigError(
+            f"{path}: KIND_GPU is for single-GPU models; a model with tensor/pipeline "
+            "parallel size > 1 needs `instance_group [{ kind: KIND_MODEL }]`"
+        )
 
 
 def check_engine_arg_names(engine_args: dict[str, Any], path: Path) -> None:

@@ -16,11 +16,9 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.engine.repository import ModelSpec
 from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
-from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
+from app.errors import UNHEALTHY_MESSAGE, InvalidRequestError, ModelUnavailableError, ServerError
 
 logger = logging.getLogger(__name__)
-
-UNHEALTHY_MESSAGE = "Model is unavailable due to unhealthy vLLM engine"
 
 try:  # vLLM >= 0.11 splits client errors from server errors
     from vllm.exceptions import VLLMClientError

@@ -1,0 +1,68 @@
+"""KServe v2 server and model metadata, model readiness and configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+import app as package
+from app.engine.registry import ModelRegistry
+from app.engine.triton_config import config_json, metadata_json
+from app.routes.dependencies import get_registry
+from app.schemas.generate import ErrorResponse
+from app.schemas.kserve import ModelMetadata, ServerMetadata
+
+router = APIRouter(tags=["models"])
+
+SERVER_NAME = "triton-vllm-generate"
+EXTENSIONS = ["model_repository", "model_configuration", "generate"]
+NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown model or version"}}
+
+
+@router.get("/v2", summary="Server metadata", response_model=ServerMetadata)
+async def server_metadata() -> dict[str, Any]:
+    return {"name": SERVER_NAME, "version": package.__version__, "extensions": EXTENSIONS}
+
+
+@router.get(
+    "/v2/models/{model_name}", summary="Model metadata", response_model=ModelMetadata, responses=NOT_FOUND
+)
+@router.get(
+    "/v2/models/{model_name}/versions/{model_version}",
+    summary="Model metadata of one version",
+    response_model=ModelMetadata,
+    responses=NOT_FOUND,
+)
+async def model_metadata(
+    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+) -> dict[str, Any]:
+    served = registry.get(model_name, model_version)
+    versions = [v.version for v in registry.versions(model_name)]
+    return metadata_json(model_name, [served.version] if model_version else versions, served.spec)
+
+
+@router.get("/v2/models/{model_name}/ready", summary="Is the model ready", responses=NOT_FOUND)
+@router.get(
+    "/v2/models/{model_name}/versions/{model_version}/ready",
+    summary="Is this model version ready",
+    responses=NOT_FOUND,
+)
+async def model_ready(
+    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+) -> Response:
+    served = registry.get(model_name, model_version)
+    return Response(status_code=200 if served.is_ready else 503)
+
+
+@router.get("/v2/models/{model_name}/config", summary="Model configuration", responses=NOT_FOUND)
+@router.get(
+    "/v2/models/{model_name}/versions/{model_version}/config",
+    summary="Model configuration of one version",
+    responses=NOT_FOUND,
+)
+async def model_config(
+    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+) -> dict[str, Any]:
+    return config_json(registry.get(model_name, model_version).spec)

@@ -1,0 +1,76 @@
+"""Triton's model repository extension: index, load, unload."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from app.engine.registry import ModelRegistry
+from app.errors import ModelConfigError, ModelLoadError, ServerError
+from app.routes.dependencies import get_registry, optional_json_body
+from app.schemas.generate import ErrorResponse
+from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["models"])
+
+LOAD_ERRORS = {400: {"model": ErrorResponse, "description": "The model could not be loaded"}}
+
+
+@router.post(
+    "/v2/repository/index",
+    summary="Every model of the repository with its state",
+    response_model=list[RepositoryIndexEntry],
+    response_model_exclude_none=True,
+)
+async def repository_index(
+    body: RepositoryIndexRequest | None = Depends(optional_json_body(RepositoryIndexRequest)),
+    registry: ModelRegistry = Depends(get_registry),
+) -> list[RepositoryIndexEntry]:
+    entries = [
+        RepositoryIndexEntry(
+            name=e.name, version=e.version, state=e.state, reason=e.reason or None
+        )
+        for e in registry.index()
+    ]
+    if body is not None and body.ready:
+        entries = [e for e in entries if e.state == "READY"]
+    return entries
+
+
+@router.post(
+    "/v2/repository/models/{model_name}/load",
+    summary="Load (or reload) a model: reads its config and starts its engines",
+    responses=LOAD_ERRORS,
+)
+async def load_model(
+    model_name: str,
+    body: ModelControlRequest | None = Depends(optional_json_body(ModelControlRequest)),
+    registry: ModelRegistry = Depends(get_registry),
+) -> Response:
+    try:
+        await registry.load(model_name)
+    except ModelConfigError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    except ServerError:
+        raise
+    except Exception as exc:
+        logger.exception("loading model '%s' failed", model_name)
+        raise ModelLoadError(f"load failed for model '{model_name}': {exc}") from exc
+    return Response(status_code=200)
+
+
+@router.post(
+    "/v2/repository/models/{model_name}/unload",
+    summary="Unload a model: stop admitting, let running requests finish, stop its engines",
+    responses={404: {"model": ErrorResponse, "description": "Model not loaded"}},
+)
+async def unload_model(
+    model_name: str,
+    body: ModelControlRequest | None = Depends(optional_json_body(ModelControlRequest)),
+    registry: ModelRegistry = Depends(get_registry),
+) -> Response:
+    await registry.unload(model_name)
+    return Response(status_code=200)

@@ -1,0 +1,163 @@
+"""Several models and versions, LoRA, load/unload and the Triton client against real engines.
+
+One server for this module, on a temporary repository:
+    alpha/1  smollm2 with LoRA enabled and one adapter made here with peft
+    alpha/2  smollm2
+    vllm_model/1  the backend's sample config.pbtxt and model.json (model pointed at smollm2);
+                  not loaded at start, loaded and unloaded by the tests
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import tritonclient.http as triton_http
+
+from app.settings import PROJECT_ROOT
+from tests.integration.conftest import RunningServer, start_server
+
+MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
+PROMPT = "What is Triton Inference Server?"
+GREEDY = {"temperature": 0, "max_tokens": 24, "apply_chat_template": True}
+
+SAMPLE_CONFIG = """
+name: "vllm_model"
+backend: "vllm"
+max_batch_size: 0
+model_transaction_policy { decoupled: True }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] },
+  { name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_MODEL } ]
+"""
+
+
+def make_adapter(target: Path) -> None:
+    """A rank-8 LoRA for smollm2 with random, non-zero weights (so it changes the output)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(MODEL_DIR)
+    config = LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(base, config).save_pretrained(target)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture(scope="module")
+def multi_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = tmp_path_factory.mktemp("repository")
+    engine_args = {"model": str(MODEL_DIR), "enforce_eager": True, "max_model_len": 1024}
+    write_json(root / "alpha" / "1" / "model.json", {**engine_args, "enable_lora": True, "max_lora_rank": 8})
+    write_json(root / "alpha" / "1" / "multi_lora.json", {"doc": "adapters/doc"})
+    make_adapter(root / "alpha" / "1" / "adapters" / "doc")
+    write_json(root / "alpha" / "2" / "model.json", engine_args)
+    (root / "alpha" / "config.pbtxt").write_text("version_policy: { all { } }")
+    sample = {"model": str(MODEL_DIR), "disable_log_requests": True, "gpu_memory_utilization": 0.5,
+              "enforce_eager": True, "disable_log_stats": False}
+    write_json(root / "vllm_model" / "1" / "model.json", sample)
+    (root / "vllm_model" / "config.pbtxt").write_text(SAMPLE_CONFIG)
+    server = start_server("--model-repository", str(root), "--models", "alpha", name="multi",
+                          env={"CPU_KVCACHE_SPACE_GIB": "1"})
+    yield server
+    code, alive = server.stop(signal.SIGTERM)
+    for process in alive:
+        process.kill()
+    assert not alive
+
+
+@pytest.fixture(scope="module")
+def triton(multi_server: RunningServer) -> Iterator[triton_http.InferenceServerClient]:
+    client = triton_http.InferenceServerClient(multi_server.base_url.removeprefix("http://"), network_timeout=300)
+    yield client
+    client.close()
+
+
+def generate(server: RunningServer, path: str, body: dict) -> httpx.Response:
+    return httpx.post(server.base_url + path, json=body, timeout=120)
+
+
+def engine_cores(server: RunningServer) -> int:
+    """Live (not exited) engine-core processes under the server."""
+    count = 0
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "EngineCore" in child.name():
+                count += 1
+        except psutil.NoSuchProcess:
+            pass
+    return count
+
+
+def test_two_versions_answer_by_route(multi_server: RunningServer) -> None:
+    latest = generate(multi_server, "/v2/models/alpha/generate", {"text_input": PROMPT, "parameters": GREEDY})
+    first = generate(multi_server, "/v2/models/alpha/versions/1/generate", {"text_input": PROMPT, "parameters": GREEDY})
+    assert latest.status_code == first.status_code == 200
+    assert latest.json()["model_version"] == "2" and first.json()["model_version"] == "1"
+    assert latest.json()["text_output"] == first.json()["text_output"]  # same weights, greedy
+    missing = generate(multi_server, "/v2/models/alpha/versions/3/generate", {"text_input": PROMPT})
+    assert missing.status_code == 404 and "version 3" in missing.json()["error"]
+
+
+def test_lora_adapter_changes_the_output(multi_server: RunningServer) -> None:
+    path = "/v2/models/alpha/versions/1/generate"
+    plain = generate(multi_server, path, {"text_input": PROMPT, "parameters": GREEDY}).json()["text_output"]
+    adapted = generate(multi_server, path, {"text_input": PROMPT, "parameters": {**GREEDY, "lora_name": "doc"}})
+    assert adapted.status_code == 200, adapted.text
+    assert adapted.json()["text_output"] != plain
+
+
+def test_lora_errors_match_the_backend(multi_server: RunningServer) -> None:
+    unknown = generate(multi_server, "/v2/models/alpha/versions/1/generate",
+                       {"text_input": "x", "parameters": {"lora_name": "nope"}})
+    assert unknown.status_code == 400
+    assert unknown.json() == {"error": "LoRA nope is not supported, we currently support ['doc']"}
+    disabled = generate(multi_server, "/v2/models/alpha/versions/2/generate",
+                        {"text_input": "x", "parameters": {"lora_name": "doc"}})
+    assert disabled.status_code == 400 and disabled.json() == {"error": "LoRA feature is not enabled."}
+
+
+def test_tritonclient_against_real_engines(triton: triton_http.InferenceServerClient) -> None:
+    assert triton.is_server_live() and triton.is_server_ready()
+    assert triton.is_model_ready("alpha", "1") and triton.is_model_ready("alpha", "2")
+    assert triton.get_server_metadata()["extensions"] == ["model_repository", "model_configuration", "generate"]
+    assert triton.get_model_metadata("alpha")["versions"] == ["1", "2"]
+    assert triton.get_model_config("alpha")["model_transaction_policy"] == {"decoupled": True}
+    index = {(e["name"], e.get("version")): e["state"] for e in triton.get_model_repository_index()}
+    assert index == {("alpha", "1"): "READY", ("alpha", "2"): "READY", ("vllm_model", None): "UNAVAILABLE"}
+
+
+def test_load_and_unload_the_backend_sample_model(
+    multi_server: RunningServer, triton: triton_http.InferenceServerClient
+) -> None:
+    cores_before = engine_cores(multi_server)
+    triton.load_model("vllm_model")
+    assert triton.is_model_ready("vllm_model")
+    assert engine_cores(multi_server) == cores_before + 1
+    config = triton.get_model_config("vllm_model")
+    assert {i["name"] for i in config["input"]} >= {"text_input", "stream", "sampling_parameters", "image"}
+    response = generate(multi_server, "/v2/models/vllm_model/generate",
+                        {"text_input": PROMPT, "parameters": {"max_tokens": 8, "ignore_eos": True},
+                         "return_num_output_tokens": True})
+    assert response.status_code == 200 and response.json()["num_output_tokens"] == 8
+
+    triton.unload_model("vllm_model")
+    assert not triton.is_model_ready("vllm_model")
+    assert generate(multi_server, "/v2/models/vllm_model/generate", {"text_input": "x"}).status_code == 404
+    assert engine_cores(multi_server) == cores_before
+    entry = next(e for e in triton.get_model_repository_index() if e["name"] == "vllm_model")
+    assert entry == {"name": "vllm_model", "state": "UNAVAILABLE", "reason": "unloaded"}
