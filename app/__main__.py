@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from pathlib import Path
 
 import uvicorn
 
+from app.access_log import configure_logging
 from app.settings import Settings
 
 
@@ -27,9 +27,7 @@ def parse_args(argv: list[str] | None = None) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = Settings(**parse_args(argv))  # type: ignore[arg-type]
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     from app.main import create_app
 
     uvicorn.run(
@@ -37,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
         timeout_graceful_shutdown=30,
     )
 

@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     drain_timeout_seconds: float = Field(
         30, ge=0, description="How long running requests may finish on unload or shutdown."
     )
+    report_custom_metrics: bool = Field(
+        False, description="Report vllm: metrics for every model, not only REPORT_CUSTOM_METRICS ones."
+    )
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="Also serve /metrics on this port (Triton uses 8002)."
+    )
+    log_format: Literal["text", "json"] = "text"
+    log_prompts: bool = Field(False, description="Include prompt text in access logs.")
     sse_ping_seconds: int = Field(15, ge=1, description="Interval of SSE keep-alive comments.")
 
     @classmethod

@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 EngineFactory = Callable[[ModelSpec], InferenceEngine]
 
 APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
+ENABLE_VLLM_HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
 
 
 class ModelState(str, Enum):
@@ -73,8 +74,18 @@ class ServedModel:
 
     @asynccontextmanager
     async def request_slot(self) -> AsyncIterator[None]:
-        """Count a request as in flight for as long as it runs."""
+        """Count a request as in flight for as long as it runs.
+
+        With ENABLE_VLLM_HEALTH_CHECK the engine is checked first, as the backend does; a
+        failed check leaves the model unavailable.
+        """
         self.ensure_ready()
+        if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
+            try:
+                await self.engine.check_health()
+            except ModelUnavailableError:
+                self.state = ModelState.UNAVAILABLE
+                raise
         self.in_flight += 1
         self._idle.clear()
         try:

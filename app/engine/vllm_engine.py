@@ -14,6 +14,7 @@ from vllm.lora.request import LoRARequest
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from app.engine.metrics import MetricsProvider
 from app.engine.repository import ModelSpec
 from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.errors import UNHEALTHY_MESSAGE, InvalidRequestError, ModelUnavailableError, ServerError
@@ -29,23 +30,44 @@ except ImportError:  # pragma: no cover - older vLLM
 class VllmEngine:
     """One `AsyncLLM` for one model version."""
 
-    def __init__(self, spec: ModelSpec, cpu_kvcache_space_gib: int = 2) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        cpu_kvcache_space_gib: int = 2,
+        metrics: MetricsProvider | None = None,
+    ) -> None:
         self._spec = spec
         self._args = AsyncEngineArgs(**spec.engine_args)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
+        self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
         self._tokenizer: Any = None
 
     async def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
-        self._llm = await asyncio.to_thread(AsyncLLM.from_engine_args, self._args)
+        self._llm = await asyncio.to_thread(self._create)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+
+    def _create(self) -> AsyncLLM:
+        config = self._args.create_engine_config()
+        stat_loggers = None
+        if self._metrics is not None:
+            families = self._metrics.families(config.model_config.max_model_len)
+            stat_loggers = [families.stat_logger_factory(self._spec.name, self._spec.version)]
+        return AsyncLLM.from_vllm_config(
+            config,
+            stat_loggers=stat_loggers,
+            enable_log_requests=self._args.enable_log_requests,
+            disable_log_stats=self._args.disable_log_stats,
+        )
 
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
+        if self._metrics is not None:
+            self._metrics.remove(self._spec.name, self._spec.version)
 
     @property
     def is_healthy(self) -> bool:

@@ -1,0 +1,176 @@
+"""The backend's `vllm:` Prometheus metrics (names, labels `model`/`version`, buckets), fed by a
+vLLM stat logger registered on each engine, as the Triton vLLM backend does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+LABELS = ("model", "version")
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+N_BUCKETS = (1, 2, 5, 10, 20)
+
+
+def buckets_1_2_5(limit: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to `limit` (vLLM's token-count buckets)."""
+    buckets, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > limit:
+                return tuple(buckets)
+            buckets.append(value)
+        exponent += 1
+
+
+class VllmMetrics:
+    """The metric families, shared by every model; each model is a (model, version) child."""
+
+    def __init__(self, registry: CollectorRegistry, max_model_len: int = 2048) -> None:
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELS, registry=registry)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELS, registry=registry)
+
+        token_buckets = buckets_1_2_5(max_model_len)
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.preemptions = counter("vllm:num_preemptions", "Number of preemptions.")
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS
+        )
+        self.time_to_first_token = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
+        self.time_per_output_token = histogram(
+            "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", TPOT_BUCKETS
+        )
+        self.e2e_latency = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", LATENCY_BUCKETS
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+            LATENCY_BUCKETS,
+        )
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
+        )
+        self.request_params_n = histogram("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
+        self.running = gauge("vllm:num_requests_running", "Number of requests currently running.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_cache_usage = gauge("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self._families = [value for value in vars(self).values() if hasattr(value, "labels")]
+
+    def remove(self, model: str, version: str) -> None:
+        """Drop a model's series (when it is unloaded), as Triton does."""
+        for family in self._families:
+            try:
+                family.remove(model, version)
+            except KeyError:
+                pass
+
+    def stat_logger_factory(self, model: str, version: str) -> Callable[[Any, int], StatLoggerBase]:
+        """A vLLM `StatLoggerFactory` recording into this model's series."""
+
+        def factory(vllm_config: Any, engine_index: int = 0) -> StatLoggerBase:
+            return ModelStatLogger(self, model, version)
+
+        return factory
+
+
+class ModelStatLogger(StatLoggerBase):
+    """Receives vLLM's per-iteration statistics in the engine's event loop."""
+
+    def __init__(self, metrics: VllmMetrics, model: str, version: str) -> None:
+        labels = (model, version)
+        self._prompt_tokens = metrics.prompt_tokens.labels(*labels)
+        self._generation_tokens = metrics.generation_tokens.labels(*labels)
+        self._preemptions = metrics.preemptions.labels(*labels)
+        self._iteration_tokens = metrics.iteration_tokens.labels(*labels)
+        self._ttft = metrics.time_to_first_token.labels(*labels)
+        self._tpot = metrics.time_per_output_token.labels(*labels)
+        self._e2e = metrics.e2e_latency.labels(*labels)
+        self._queue = metrics.queue_time.labels(*labels)
+        self._inference = metrics.inference_time.labels(*labels)
+        self._prefill = metrics.prefill_time.labels(*labels)
+        self._decode = metrics.decode_time.labels(*labels)
+        self._request_prompt = metrics.request_prompt_tokens.labels(*labels)
+        self._request_generation = metrics.request_generation_tokens.labels(*labels)
+        self._n = metrics.request_params_n.labels(*labels)
+        self._running = metrics.running.labels(*labels)
+        self._waiting = metrics.waiting.labels(*labels)
+        self._kv_cache = metrics.kv_cache_usage.labels(*labels)
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+        if scheduler_stats is not None:
+            self._running.set(scheduler_stats.num_running_reqs)
+            self._waiting.set(scheduler_stats.num_waiting_reqs)
+            self._kv_cache.set(scheduler_stats.kv_cache_usage)
+        if iteration_stats is None:
+            return
+        prompt_tokens = iteration_stats.num_prompt_tokens
+        generation_tokens = iteration_stats.num_generation_tokens
+        self._prompt_tokens.inc(prompt_tokens)
+        self._generation_tokens.inc(generation_tokens)
+        self._preemptions.inc(iteration_stats.num_preempted_reqs)
+        if prompt_tokens or generation_tokens:
+            self._iteration_tokens.observe(prompt_tokens + generation_tokens)
+        for value in iteration_stats.time_to_first_tokens_iter:
+            self._ttft.observe(value)
+        for value in iteration_stats.inter_token_latencies_iter:
+            self._tpot.observe(value)
+        for value in iteration_stats.n_params_iter:
+            self._n.observe(value)
+        for finished in iteration_stats.finished_requests:
+            self._e2e.observe(finished.e2e_latency)
+            self._queue.observe(finished.queued_time)
+            self._inference.observe(finished.inference_time)
+            self._prefill.observe(finished.prefill_time)
+            self._decode.observe(finished.decode_time)
+            self._request_prompt.observe(finished.num_prompt_tokens)
+            self._request_generation.observe(finished.num_generation_tokens)
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
+class MetricsProvider:
+    """Creates the families on first use, sized by the first engine's context length."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        self._metrics: VllmMetrics | None = None
+
+    def families(self, max_model_len: int) -> VllmMetrics:
+        if self._metrics is None:
+            self._metrics = VllmMetrics(self._registry, max_model_len)
+        return self._metrics
+
+    def remove(self, model: str, version: str) -> None:
+        if self._metrics is not None:
+            self._metrics.remove(model, version)
