@@ -6,8 +6,6 @@ import argparse
 import os
 from pathlib import Path
 
-import uvicorn
-
 from app.access_log import configure_logging
 from app.settings import Settings
 
@@ -29,16 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings(**parse_args(argv))  # type: ignore[arg-type]
     configure_logging(settings.log_level, settings.log_format)
     from app.main import create_app
+    from app.server import serve
 
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=30,
-    )
+    serve(create_app(settings), settings.host, settings.port, settings.log_level)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ class ServerError(Exception):
     """An error answered as `{"error": message}` with `status_code`."""
 
     status_code = 500
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -41,6 +42,23 @@ class ModelUnavailableError(ServerError):
     """The model exists but cannot take requests now (starting, unhealthy, draining)."""
 
     status_code = 503
+
+
+class OverloadedError(ModelUnavailableError):
+    """Too many requests are admitted already; the client should retry later."""
+
+    headers = {"Retry-After": "1"}
+
+
+class RequestTimeoutError(ServerError):
+    """The request ran past the server's per-request time limit and was aborted."""
+
+    status_code = 504
+
+
+class UnauthorizedError(ServerError):
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}
 
 
 class ModelLoadError(ServerError):
@@ -70,7 +88,11 @@ def format_validation_errors(errors: Sequence[Any], drop_prefix: str = "body") -
 
 async def _server_error_handler(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServerError)
-    return JSONResponse(error_body(exc.message), status_code=exc.status_code)
+    return error_response(exc)
+
+
+def error_response(exc: ServerError) -> JSONResponse:
+    return JSONResponse(error_body(exc.message), status_code=exc.status_code, headers=exc.headers)
 
 
 async def _validation_error_handler(_: Request, exc: Exception) -> JSONResponse:

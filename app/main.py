@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_fastapi_instrumentator import Instrumentator
 
@@ -14,8 +15,10 @@ import app as package
 from app.access_log import AccessLogMiddleware
 from app.engine.registry import EngineFactory, ModelRegistry
 from app.engine.repository import ModelSpec
+from app.engine.translate import RequestLimits
 from app.engine.types import InferenceEngine
 from app.errors import install_error_handlers
+from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.routes import generate, health, metrics, models, repository
 from app.schemas.generate import GenerateRequest
 from app.settings import Settings
@@ -52,6 +55,7 @@ def create_app(
         engine_factory or vllm_engine_factory(settings, metrics_registry),
         only=settings.models,
         drain_timeout=settings.drain_timeout_seconds,
+        max_pending=settings.max_pending_requests,
     )
 
     @asynccontextmanager
@@ -78,6 +82,11 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics_registry = metrics_registry
+    app.state.limits = RequestLimits(
+        max_tokens=settings.max_tokens_limit,
+        max_n=settings.max_n,
+        timeout_seconds=settings.request_timeout_seconds,
+    )
     install_error_handlers(app)
     for router in (generate.router, health.router, models.router, repository.router, metrics.router):
         app.include_router(router)
@@ -86,9 +95,31 @@ def create_app(
         excluded_handlers=["/metrics"],
         registry=metrics_registry,
     ).instrument(app)
-    app.add_middleware(AccessLogMiddleware, log_prompts=settings.log_prompts)
+    add_middleware(app, settings)
     add_schema_components(app, GenerateRequest)
     return app
+
+
+def add_middleware(app: FastAPI, settings: Settings) -> None:
+    """Outermost first: access log, CORS, body size limit, API keys (the last one added
+    runs first)."""
+    if settings.api_keys:
+        open_prefixes = ["/docs", "/redoc", "/openapi.json"]
+        if settings.auth_open_health:
+            open_prefixes.append("/v2/health/")
+        if settings.auth_open_metrics:
+            open_prefixes.append("/metrics")
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_prefixes=open_prefixes)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes)
+    if settings.cors_allow_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_allow_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
+        )
+    app.add_middleware(AccessLogMiddleware, log_prompts=settings.log_prompts)
 
 
 def add_schema_components(app: FastAPI, *models: type[Any]) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -51,6 +52,29 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     log_prompts: bool = Field(False, description="Include prompt text in access logs.")
     sse_ping_seconds: int = Field(15, ge=1, description="Interval of SSE keep-alive comments.")
+    max_pending_requests: int | None = Field(
+        None, ge=1, description="Per model: requests admitted (running + queued) before 503."
+    )
+    max_request_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_tokens_limit: int | None = Field(None, ge=1, description="Largest max_tokens a request may ask.")
+    max_n: int = Field(16, ge=1, description="Largest n a request may ask.")
+    request_timeout_seconds: float | None = Field(
+        None, gt=0, description="Abort requests running longer than this."
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Bearer keys; empty means no authentication."
+    )
+    auth_open_health: bool = Field(True, description="Health routes answer without a key.")
+    auth_open_metrics: bool = Field(True, description="/metrics answers without a key.")
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    @field_validator("api_keys", "cors_allow_origins", mode="before")
+    @classmethod
+    def split_commas(cls, value: object) -> object:
+        """`API_KEYS=a,b` as well as a list (from TOML or code)."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @classmethod
     def settings_customise_sources(

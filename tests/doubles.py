@@ -30,6 +30,7 @@ class FakeEngine:
         self.requests: list[GenerationRequest] = []
         self.active: set[str] = set()
         self.aborted: list[str] = []
+        self.abort_calls: list[str] = []
         self.healthy = True
         self.started = False
         self.stopped = False
@@ -52,8 +53,19 @@ class FakeEngine:
     def supports_images(self) -> bool:
         return self._supports_images
 
+    @property
+    def max_model_len(self) -> int:
+        return 2048
+
     def render_chat_prompt(self, text: str) -> str:
         return f"<user>{text}</user><assistant>"
+
+    async def abort(self, request_id: str) -> None:
+        self.abort_calls.append(request_id)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self.active)
 
     async def check_health(self) -> None:
         if not self.healthy:
@@ -65,7 +77,7 @@ class FakeEngine:
             raise self._fail_with
         self.active.add(request.request_id)
         try:
-            steps = self._steps(request.sampling_params, len(request.prompt.split()))
+            steps = self._steps(request, len(request.prompt.split()))
             if request.sampling_params.output_kind == RequestOutputKind.FINAL_ONLY:
                 from app.engine.responses import merge_chunks
 
@@ -79,7 +91,8 @@ class FakeEngine:
         finally:
             self.active.discard(request.request_id)
 
-    async def _steps(self, params: Any, num_prompt_tokens: int) -> AsyncIterator[GenerationChunk]:
+    async def _steps(self, request: GenerationRequest, num_prompt_tokens: int) -> AsyncIterator[GenerationChunk]:
+        params = request.sampling_params
         stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
         running = set(range(params.n))
         cumulative = [0.0] * params.n
@@ -88,6 +101,10 @@ class FakeEngine:
                 raise self._fail_with or ServerError("engine failed")
             if self._step_delay:
                 await asyncio.sleep(self._step_delay)
+            if request.request_id in self.abort_calls:
+                done = [CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort") for i in sorted(running)]
+                yield GenerationChunk(completions=done, num_prompt_tokens=num_prompt_tokens, finished=True)
+                return
             completions = []
             for index in sorted(running):
                 word = WORDS[(step + index) % len(WORDS)]

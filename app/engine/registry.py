@@ -17,6 +17,7 @@ from app.errors import (
     ModelConfigError,
     ModelNotFoundError,
     ModelUnavailableError,
+    OverloadedError,
 )
 
 logger = logging.getLogger(__name__)
@@ -27,10 +28,15 @@ APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
 ENABLE_VLLM_HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
 
 
+ABORT_GRACE_SECONDS = 5.0
+SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
+
+
 class ModelState(str, Enum):
     LOADING = "LOADING"
     READY = "READY"
     UNLOADING = "UNLOADING"
+    DRAINING = "DRAINING"
     UNAVAILABLE = "UNAVAILABLE"
 
 
@@ -41,7 +47,9 @@ class ServedModel:
     spec: ModelSpec
     engine: InferenceEngine
     state: ModelState = ModelState.LOADING
-    in_flight: int = 0
+    max_pending: int | None = None
+    in_flight: dict[str, bool] = field(default_factory=dict)
+    """Admitted request ids -> whether the server aborted them."""
     _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def __post_init__(self) -> None:
@@ -69,30 +77,40 @@ class ServedModel:
             raise ModelUnavailableError(f"Model '{self.name}' version {self.version} is loading")
         if self.state is ModelState.UNLOADING:
             raise ModelUnavailableError(f"Model '{self.name}' version {self.version} is unloading")
+        if self.state is ModelState.DRAINING:
+            raise ModelUnavailableError("Server is shutting down: no new requests are admitted")
         if not self.is_ready:
             raise ModelUnavailableError(UNHEALTHY_MESSAGE)
 
     @asynccontextmanager
-    async def request_slot(self) -> AsyncIterator[None]:
-        """Count a request as in flight for as long as it runs.
+    async def request_slot(self, request_id: str) -> AsyncIterator[None]:
+        """Admit a request and count it as in flight for as long as it runs.
 
-        With ENABLE_VLLM_HEALTH_CHECK the engine is checked first, as the backend does; a
-        failed check leaves the model unavailable.
+        Beyond `max_pending` admitted requests the answer is 503 with Retry-After. With
+        ENABLE_VLLM_HEALTH_CHECK the engine is checked first, as the backend does; a failed
+        check leaves the model unavailable. A request the server aborted (drain, unload)
+        ends with a 503 error instead of its partial output.
         """
         self.ensure_ready()
+        if self.max_pending is not None and len(self.in_flight) >= self.max_pending:
+            raise OverloadedError(
+                f"Model '{self.name}' is overloaded: {len(self.in_flight)} requests pending; retry later"
+            )
         if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
             try:
                 await self.engine.check_health()
             except ModelUnavailableError:
                 self.state = ModelState.UNAVAILABLE
                 raise
-        self.in_flight += 1
+        self.in_flight[request_id] = False
         self._idle.clear()
         try:
             yield
+            if self.in_flight[request_id]:
+                raise ModelUnavailableError(SHUTDOWN_MESSAGE)
         finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
+            del self.in_flight[request_id]
+            if not self.in_flight:
                 self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
@@ -103,6 +121,19 @@ class ServedModel:
             return False
         return True
 
+    async def drain(self, state: ModelState, timeout: float) -> None:
+        """Stop admitting; let running requests finish for `timeout` s, then abort the rest."""
+        self.state = state
+        if await self.wait_idle(timeout):
+            return
+        logger.warning(
+            "model '%s' version %s: aborting %d requests still running after %.0f s",
+            self.name, self.version, len(self.in_flight), timeout,
+        )
+        for request_id in list(self.in_flight):
+            self.in_flight[request_id] = True
+            await self.engine.abort(request_id)
+        await self.wait_idle(ABORT_GRACE_SECONDS)
 
 @dataclass(frozen=True)
 class RepositoryEntry:
@@ -123,10 +154,12 @@ class ModelRegistry:
         engine_factory: EngineFactory,
         only: list[str] | None = None,
         drain_timeout: float = 30.0,
+        max_pending: int | None = None,
     ) -> None:
         self._repository = repository.resolve()
         self._factory = engine_factory
         self._drain_timeout = drain_timeout
+        self._max_pending = max_pending
         self._models: dict[str, dict[str, ServedModel]] = {}
         self._unloaded: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -134,7 +167,7 @@ class ModelRegistry:
             self._add(spec)
 
     def _add(self, spec: ModelSpec) -> ServedModel:
-        served = ServedModel(spec=spec, engine=self._factory(spec))
+        served = ServedModel(spec=spec, engine=self._factory(spec), max_pending=self._max_pending)
         self._models.setdefault(spec.name, {})[spec.version] = served
         return served
 
@@ -220,11 +253,16 @@ class ModelRegistry:
 
     async def _unload(self, name: str) -> None:
         served_versions = list(self._models.get(name, {}).values())
-        for served in served_versions:
-            served.state = ModelState.UNLOADING
-        await asyncio.gather(*(s.wait_idle(self._drain_timeout) for s in served_versions))
+        await asyncio.gather(
+            *(s.drain(ModelState.UNLOADING, self._drain_timeout) for s in served_versions)
+        )
         self._models.pop(name, None)
         await self._stop_engines(served_versions)
+
+    async def drain(self) -> None:
+        """For a graceful shutdown: every model stops admitting, lets running requests
+        finish up to the drain timeout, then aborts the rest."""
+        await asyncio.gather(*(s.drain(ModelState.DRAINING, self._drain_timeout) for s in self))
 
     async def shutdown(self) -> None:
         """Stop every engine; one failing to stop does not keep the others running."""

@@ -45,6 +45,15 @@ HIDDEN_SAMPLING_FIELDS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """Server-side bounds on what one request may ask for."""
+
+    max_tokens: int | None = None
+    max_n: int | None = None
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OutputOptions:
     """Which additional outputs the client asked for."""
 
@@ -66,6 +75,7 @@ class GenerationPlan:
     outputs: OutputOptions
     n: int
     logprobs_requested: bool
+    timeout_seconds: float | None = None
 
 
 @cache
@@ -74,9 +84,15 @@ def settable_sampling_fields() -> frozenset[str]:
     return frozenset(f for f in fields if not f.startswith("_")) - HIDDEN_SAMPLING_FIELDS
 
 
-def plan_generation(body: GenerateRequest, model: ServedModel, stream_default: bool) -> GenerationPlan:
+def plan_generation(
+    body: GenerateRequest,
+    model: ServedModel,
+    stream_default: bool,
+    limits: RequestLimits = RequestLimits(),
+) -> GenerationPlan:
     """Validate everything the engine would reject later and build the engine request."""
     parameters = collect_parameters(body)
+    check_limits(parameters, limits, model.engine.max_model_len)
     stream = first_set(body.stream, parameters.pop("stream", None), stream_default)
     lora_name = parameters.pop("lora_name", None)
     use_chat = first_set(parameters.pop("apply_chat_template", None), model.chat_template_by_default)
@@ -117,7 +133,30 @@ def plan_generation(body: GenerateRequest, model: ServedModel, stream_default: b
         outputs=outputs,
         n=sampling.n,
         logprobs_requested=logprobs_requested,
+        timeout_seconds=limits.timeout_seconds,
     )
+
+
+def check_limits(parameters: dict[str, Any], limits: RequestLimits, context_length: int) -> None:
+    max_tokens = parameters.get("max_tokens")
+    if max_tokens is not None and max_tokens > context_length:
+        raise InvalidRequestError(
+            f"parameters.max_tokens: {max_tokens} is above the model's context length of {context_length} tokens"
+        )
+    for key, limit in (("max_tokens", limits.max_tokens), ("n", limits.max_n)):
+        value = parameters.get(key)
+        if limit is not None and value is not None and value > limit:
+            raise InvalidRequestError(f"parameters.{key}: {value} is above this server's limit of {limit}")
+
+
+def load_json_text(text: str, location: str) -> Any:
+    """JSON carried inside a string field, or a 400 naming the field."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{location}: invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequestError(f"{location}: JSON nested too deeply") from exc
 
 
 def first_set(*values: Any) -> Any:
@@ -128,10 +167,7 @@ def collect_parameters(body: GenerateRequest) -> dict[str, Any]:
     """The request's parameters: `sampling_parameters` if given (as the backend does),
     else `parameters` plus any unknown top-level keys (Triton passes those as parameters)."""
     if body.sampling_parameters is not None:
-        try:
-            raw = json.loads(body.sampling_parameters)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"sampling_parameters: invalid JSON: {exc}") from exc
+        raw = load_json_text(body.sampling_parameters, "sampling_parameters")
         if not isinstance(raw, dict):
             raise InvalidRequestError("sampling_parameters: must be a JSON object")
         return validated_parameters(raw, "sampling_parameters")
@@ -176,10 +212,7 @@ def build_sampling_params(parameters: dict[str, Any], stream: bool) -> Any:
 
 def structured_outputs(value: Any) -> Any:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"parameters.structured_outputs: invalid JSON: {exc}") from exc
+        value = load_json_text(value, "parameters.structured_outputs")
     if not isinstance(value, dict):
         raise InvalidRequestError("parameters.structured_outputs: must be a JSON object")
     value = {k: v for k, v in value.items() if k != "backend"}

@@ -66,8 +66,22 @@ class InferenceEngine(Protocol):
         """
         ...
 
+    async def abort(self, request_id: str) -> None:
+        """End a running request; its `generate` iterator finishes with reason "abort"."""
+        ...
+
     async def check_health(self) -> None:
         """Raise `ModelUnavailableError` when the engine cannot serve."""
+        ...
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        """Requests the engine still holds (running or queued)."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's context length in tokens (prompt plus output)."""
         ...
 
     @property

@@ -74,6 +74,10 @@ class VllmEngine:
         return self._llm is not None and not self._llm.errored
 
     @property
+    def max_model_len(self) -> int:
+        return self._llm.model_config.max_model_len if self._llm is not None else 0
+
+    @property
     def supports_images(self) -> bool:
         return self._llm is not None and bool(self._llm.model_config.is_multimodal_model)
 
@@ -83,6 +87,14 @@ class VllmEngine:
         return self._tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
+
+    async def abort(self, request_id: str) -> None:
+        if self._llm is not None:
+            await self._llm.abort(request_id)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
 
     async def check_health(self) -> None:
         if self._llm is None:

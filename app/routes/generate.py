@@ -58,7 +58,7 @@ async def generate(
     registry: ModelRegistry = Depends(get_registry),
 ) -> Response:
     model = registry.get(model_name, model_version)
-    plan = prepare(body, model, stream_default=False)
+    plan = prepare(body, model, stream_default=False, limits=request.app.state.limits)
     if plan.stream:
         raise InvalidRequestError(
             "stream: streaming is not supported by /generate; use /generate_stream"
@@ -92,7 +92,7 @@ async def generate_stream(
     registry: ModelRegistry = Depends(get_registry),
 ) -> Response:
     model = registry.get(model_name, model_version)
-    plan = prepare(body, model, stream_default=True)
+    plan = prepare(body, model, stream_default=True, limits=request.app.state.limits)
     events = stream_deltas(model, plan)
     try:
         first = await until_disconnect(request, anext(events))

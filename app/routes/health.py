@@ -11,12 +11,12 @@ from app.routes.dependencies import get_registry
 router = APIRouter(tags=["health"])
 
 
-@router.get("/v2/health/live", summary="Is the server process alive")
+@router.get("/v2/health/live", summary="Is the server process alive", response_class=Response)
 async def live() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/v2/health/ready", summary="Are all models ready to take requests")
+@router.get("/v2/health/ready", summary="Are all models ready to take requests", response_class=Response)
 async def ready(registry: ModelRegistry = Depends(get_registry)) -> Response:
     all_ready = all(model.is_ready for model in registry)
     return Response(status_code=200 if all_ready else 503)

@@ -43,11 +43,14 @@ async def model_metadata(
     return metadata_json(model_name, [served.version] if model_version else versions, served.spec)
 
 
-@router.get("/v2/models/{model_name}/ready", summary="Is the model ready", responses=NOT_FOUND)
+@router.get(
+    "/v2/models/{model_name}/ready", summary="Is the model ready", responses=NOT_FOUND, response_class=Response
+)
 @router.get(
     "/v2/models/{model_name}/versions/{model_version}/ready",
     summary="Is this model version ready",
     responses=NOT_FOUND,
+    response_class=Response,
 )
 async def model_ready(
     model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)

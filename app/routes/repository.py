@@ -44,6 +44,7 @@ async def repository_index(
     "/v2/repository/models/{model_name}/load",
     summary="Load (or reload) a model: reads its config and starts its engines",
     responses=LOAD_ERRORS,
+    response_class=Response,
 )
 async def load_model(
     model_name: str,
@@ -66,6 +67,7 @@ async def load_model(
     "/v2/repository/models/{model_name}/unload",
     summary="Unload a model: stop admitting, let running requests finish, stop its engines",
     responses={404: {"model": ErrorResponse, "description": "Model not loaded"}},
+    response_class=Response,
 )
 async def unload_model(
     model_name: str,

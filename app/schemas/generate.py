@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 StopValue = StrictStr | list[StrictStr]
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 StructuredOutputs = dict[str, Any] | StrictStr
 
 
@@ -23,20 +26,20 @@ class SamplingParameters(BaseModel):
     apply_chat_template: bool | None = Field(
         None, description="Wrap text_input in the model's chat template (default: per model)."
     )
-    max_tokens: int | None = Field(None, ge=1, description="New tokens at most (vLLM: 16).")
-    min_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="New tokens at most (vLLM: 16).")
+    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1, description="Number of completions.")
-    seed: int | None = None
+    n: int | None = Field(None, ge=1, le=INT32_MAX, description="Number of completions.")
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     stop: StopValue | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
-    logprobs: int | None = Field(None, ge=0, description="Top log-probabilities per token.")
+    logprobs: int | None = Field(None, ge=0, le=INT32_MAX, description="Top log-probabilities per token.")
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, gt=0)

@@ -1,0 +1,185 @@
+"""Overload, limits, timeouts, drain, authentication and CORS (engine double)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.engine.registry import ModelRegistry
+from tests.conftest import write_model
+from tests.doubles import FakeEngine
+
+SLOW = {"text_input": "x", "parameters": {"max_tokens": 40}}
+
+
+def in_background(client: TestClient, path: str, body: dict) -> tuple[threading.Thread, dict]:
+    result: dict = {}
+
+    def run() -> None:
+        result["response"] = client.post(path, json=body)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_overload_answers_503_with_retry_after_at_once(make_client: Callable[..., TestClient]) -> None:
+    engine = FakeEngine(step_delay=0.02)
+    client = make_client(engine, max_pending_requests=2)
+    workers = [in_background(client, "/v2/models/fake/generate", SLOW) for _ in range(2)]
+    wait_until(lambda: len(engine.active) == 2)
+    started = time.monotonic()
+    for route in ("generate", "generate_stream"):
+        response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
+        assert response.status_code == 503 and response.headers["retry-after"] == "1"
+        assert "overloaded" in response.json()["error"]
+    assert time.monotonic() - started < 0.5
+    for thread, result in workers:
+        thread.join()
+        assert result["response"].status_code == 200
+    assert client.post("/v2/models/fake/generate", json={"text_input": "x"}).status_code == 200
+
+
+def test_body_size_limit_answers_413(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), max_request_body_bytes=2048)
+    big = json.dumps({"text_input": "x" * 5000})
+    response = client.post("/v2/models/fake/generate", content=big)
+    assert response.status_code == 413 and "larger than 2048 bytes" in response.json()["error"]
+
+    def chunks():  # no Content-Length: counted as it streams in
+        for _ in range(5):
+            yield b" " * 1000
+
+    response = client.post("/v2/models/fake/generate", content=chunks())
+    assert response.status_code == 413
+
+
+def test_max_tokens_and_n_limits(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), max_tokens_limit=100, max_n=2)
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 101}})
+    assert response.status_code == 400
+    assert response.json()["error"] == "parameters.max_tokens: 101 is above this server's limit of 100"
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"n": 3, "temperature": 1}})
+    assert response.status_code == 400 and "parameters.n" in response.json()["error"]
+
+
+def test_request_timeout_aborts_and_reports(make_client: Callable[..., TestClient]) -> None:
+    engine = FakeEngine(step_delay=0.05)
+    client = make_client(engine, request_timeout_seconds=0.3)
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 1000}})
+    assert response.status_code == 504
+    assert response.json() == {"error": "Request timed out after 0.3 s and was aborted"}
+    response = client.post("/v2/models/fake/generate_stream", json={"text_input": "x", "parameters": {"max_tokens": 1000}})
+    last = json.loads(response.text.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert last == {"error": "Request timed out after 0.3 s and was aborted"}
+    assert not engine.active and len(engine.aborted) == 2
+
+
+async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Path) -> None:
+    engine = FakeEngine(step_delay=0.01)
+    registry = ModelRegistry(repository, lambda spec: engine, drain_timeout=0.3)
+    await registry.start()
+    from app.engine.generation import generate_response, prepare
+    from app.engine.translate import RequestLimits
+    from app.schemas.generate import GenerateRequest
+
+    model = registry.get("fake")
+
+    async def run(max_tokens: int) -> object:
+        body = GenerateRequest.model_validate({"text_input": "x", "parameters": {"max_tokens": max_tokens}})
+        try:
+            return await generate_response(model, prepare(body, model, False, RequestLimits()))
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            return exc
+
+    short, long = asyncio.create_task(run(10)), asyncio.create_task(run(2_000))
+    await asyncio.sleep(0.05)
+    drain = asyncio.create_task(registry.drain())
+    await asyncio.sleep(0.01)
+    assert not model.is_ready
+    with pytest.raises(Exception, match="shutting down"):
+        model.ensure_ready()
+    await drain
+    short_result, long_result = await short, await long
+    assert isinstance(short_result, dict) and short_result["text_output"].startswith("x")
+    assert getattr(long_result, "status_code", None) == 503
+    assert str(long_result) == "Request aborted: the server is shutting down"
+    assert not model.in_flight
+    await registry.shutdown()
+
+
+def test_api_keys(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), api_keys="k1,k2")
+    body = {"text_input": "x"}
+    missing = client.post("/v2/models/fake/generate", json=body)
+    assert missing.status_code == 401 and "API key" in missing.json()["error"]
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = client.post("/v2/models/fake/generate", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    for key in ("k1", "k2"):
+        ok = client.post("/v2/models/fake/generate", json=body, headers={"Authorization": f"Bearer {key}"})
+        assert ok.status_code == 200
+    assert client.get("/v2/models/fake").status_code == 401
+    assert client.get("/v2/health/ready").status_code == 200
+    assert client.get("/metrics").status_code == 200
+
+
+def test_health_and_metrics_can_be_closed_too(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), api_keys=["k"], auth_open_health=False, auth_open_metrics=False)
+    assert client.get("/v2/health/live").status_code == 401
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/v2/health/live", headers={"Authorization": "Bearer k"}).status_code == 200
+
+
+def test_cors_allow_list(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), cors_allow_origins="https://ui.example")
+    preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"}
+    allowed = client.options("/v2/models/fake/generate", headers=preflight)
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://ui.example"
+    other = client.options("/v2/models/fake/generate", headers={**preflight, "Origin": "https://evil.example"})
+    assert "access-control-allow-origin" not in other.headers
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x"}, headers={"Origin": "https://ui.example"})
+    assert response.headers["access-control-allow-origin"] == "https://ui.example"
+
+
+@pytest.mark.parametrize("name", ["../fake", "..", "fake/../../etc", "%2e%2e"])
+def test_model_names_never_reach_the_file_system(client: TestClient, name: str) -> None:
+    response = client.post(f"/v2/repository/models/{name}/load")
+    assert response.status_code in (400, 404)
+    assert set(response.json()) == {"error"}
+
+
+@pytest.mark.parametrize(
+    "parameter", [{"model": "other"}, {"max_model_len": 10}, {"enforce_eager": False}, {"output_kind": 2},
+                  {"detokenize": False}, {"extra_args": {"x": 1}}],
+)
+def test_requests_cannot_set_engine_arguments(client: TestClient, parameter: dict) -> None:
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": parameter})
+    assert response.status_code == 400 and next(iter(parameter)) in response.json()["error"]
+
+
+def test_lora_paths_come_only_from_the_repository(make_client: Callable[..., TestClient], tmp_path: Path) -> None:
+    root = tmp_path / "lora"
+    version_dir = write_model(root, "fake", model="x", enable_lora=True)
+    (version_dir / "multi_lora.json").write_text(json.dumps({"a": "adapters/a"}))
+    engine = FakeEngine()
+    client = make_client(engine, root)
+    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"lora_name": "/etc/passwd"}})
+    assert response.status_code == 400 and "not supported" in response.json()["error"]
+    assert client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"lora_name": "a"}}).status_code == 200
+    assert engine.requests[-1].lora.path == version_dir / "adapters" / "a"
