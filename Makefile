@@ -65,8 +65,8 @@ serve: setup
 
 # helm and hadolint for the chart and Dockerfile checks in tests/deploy.
 DEPLOY_TOOLS_STAMP := .cache/tools/.installed
-$(DEPLOY_TOOLS_STAMP): scripts/install_deploy_tools.py
-	$(PYTHON) scripts/install_deploy_tools.py .cache/tools
+$(DEPLOY_TOOLS_STAMP): scripts/install_deploy_tools.py | $(PY)
+	$(PY) scripts/install_deploy_tools.py .cache/tools
 	@touch $@
 
 test: setup $(DEPLOY_TOOLS_STAMP)
