@@ -63,7 +63,13 @@ serve: setup
 	@echo "[serve] starting on $(HOST):$(PORT) with the model repository configs/model_repository"
 	HOST=$(HOST) PORT=$(PORT) $(PY) -m app
 
-test: setup
+# helm and hadolint for the chart and Dockerfile checks in tests/deploy.
+DEPLOY_TOOLS_STAMP := .cache/tools/.installed
+$(DEPLOY_TOOLS_STAMP): scripts/install_deploy_tools.py | $(PY)
+	$(PY) scripts/install_deploy_tools.py .cache/tools
+	@touch $@
+
+test: setup $(DEPLOY_TOOLS_STAMP)
 	$(PY) -m pytest
 
 test-unit: setup

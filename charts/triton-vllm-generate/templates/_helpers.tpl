@@ -1,0 +1,104 @@
+{{/* Chart name, possibly overridden. */}}
+{{- define "tvg.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Resource name: the release name, with the chart name unless it already holds it. */}}
+{{- define "tvg.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "tvg.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "tvg.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "tvg.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tvg.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "tvg.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "tvg.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "tvg.image" -}}
+{{- $tag := .Values.image.tag | default (printf "%s-%s" .Chart.AppVersion .Values.image.variant) }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+
+{{- define "tvg.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tvg.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the API keys, or "" when authentication is off. */}}
+{{- define "tvg.apiKeysSecret" -}}
+{{- if .Values.apiKeys.existingSecret }}
+{{- .Values.apiKeys.existingSecret }}
+{{- else if .Values.apiKeys.keys }}
+{{- printf "%s-api-keys" (include "tvg.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "tvg.weightsClaim" -}}
+{{- .Values.weights.pvc.claimName | default (printf "%s-weights" (include "tvg.fullname" .)) }}
+{{- end }}
+
+{{/* Port name the metrics are scraped from: its own port, or the main one. */}}
+{{- define "tvg.metricsTargetPort" -}}
+{{- if .Values.server.metricsPort }}metrics{{ else }}http{{ end }}
+{{- end }}
+
+{{/* ConfigMap keys cannot hold "/": "<model>.config.pbtxt", "<model>.<version>.model.json". */}}
+{{- define "tvg.modelRepositoryItems" -}}
+{{- range .Values.modelRepository.models }}
+{{- if .config }}
+- key: {{ .name }}.config.pbtxt
+  path: {{ .name }}/config.pbtxt
+{{- end }}
+- key: {{ .name }}.{{ .version }}.model.json
+  path: {{ .name }}/{{ .version }}/model.json
+{{- if .multiLora }}
+- key: {{ .name }}.{{ .version }}.multi_lora.json
+  path: {{ .name }}/{{ .version }}/multi_lora.json
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse values that would deploy a pod that cannot work. */}}
+{{- define "tvg.validate" -}}
+{{- $drain := int .Values.server.drainTimeoutSeconds }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $preStop := int .Values.preStopSleepSeconds }}
+{{- if le $grace (add $drain $preStop) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + server.drainTimeoutSeconds (%d + %d)" $grace $preStop $drain) }}
+{{- end }}
+{{- if not (has .Values.weights.source (list "none" "pvc" "hostPath")) }}
+{{- fail (printf "weights.source must be none, pvc or hostPath, not %q" .Values.weights.source) }}
+{{- end }}
+{{- if not .Values.modelRepository.models }}
+{{- fail "modelRepository.models is empty: the server needs at least one model" }}
+{{- end }}
+{{- $gpus := int .Values.gpus }}
+{{- range .Values.modelRepository.models }}
+{{- if not (and .name .version .modelJson) }}
+{{- fail "each entry of modelRepository.models needs name, version and modelJson" }}
+{{- end }}
+{{- if not .modelJson.model }}
+{{- fail (printf "model %s: modelJson.model (the weights) is missing" .name) }}
+{{- end }}
+{{- $tp := int (.modelJson.tensor_parallel_size | default 1) }}
+{{- $pp := int (.modelJson.pipeline_parallel_size | default 1) }}
+{{- if and (gt $gpus 0) (ne (toString .modelJson.distributed_executor_backend) "ray") (gt (mul $tp $pp) $gpus) }}
+{{- fail (printf "model %s: tensor_parallel_size x pipeline_parallel_size = %d needs more than gpus = %d" .name (mul $tp $pp) $gpus) }}
+{{- end }}
+{{- end }}
+{{- end }}
