@@ -16,6 +16,7 @@ from app.engine.generation import generate_response, prepare, stream_deltas
 from app.engine.registry import ModelRegistry
 from app.errors import InvalidRequestError, ServerError, error_body
 from app.routes.dependencies import generate_request_body, get_registry
+from app.routes.sse import EventStream
 from app.schemas.generate import ErrorResponse, GenerateRequest, GenerateResponse
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ async def generate_stream(
     except BaseException:
         await events.aclose()
         raise
-    return EventSourceResponse(
+    return EventStream(
         sse_frames(first, events),
         sep="\n",
         ping=request.app.state.settings.sse_ping_seconds,
