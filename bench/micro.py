@@ -42,6 +42,7 @@ class MicroStats:
     seconds: float
     events_per_s: float
     server_cpu_s: float
+    server_system_s: float
     server_us_per_event: float
     server_cpu_share: float
     client_us_per_event: float
@@ -77,12 +78,15 @@ def micro_server(model: str, repository: Path, root: Path, log_dir: Path) -> Ser
     )
 
 
-def cpu_seconds(process: psutil.Process) -> float:
+def cpu_seconds(process: psutil.Process) -> tuple[float, float]:
+    """User + system CPU seconds of a process (all its threads), and system alone."""
     times = process.cpu_times()
-    return times.user + times.system
+    return times.user + times.system, times.system
 
 
-def micro_stats(run: LevelRun, server_cpu: float, client_cpu: float) -> MicroStats:
+def micro_stats(
+    run: LevelRun, server_cpu: float, server_system: float, client_cpu: float
+) -> MicroStats:
     failed = [r for r in run.records if r.error is not None]
     events = sum(len(r.counts) for r in run.records)
     per_event = 1e6 / max(events, 1)
@@ -94,6 +98,7 @@ def micro_stats(run: LevelRun, server_cpu: float, client_cpu: float) -> MicroSta
         seconds=round(run.seconds, 3),
         events_per_s=round(events / max(run.seconds, 1e-9), 1),
         server_cpu_s=round(server_cpu, 3),
+        server_system_s=round(server_system, 3),
         server_us_per_event=round(server_cpu * per_event, 2),
         server_cpu_share=round(server_cpu / max(run.seconds, 1e-9), 3),
         client_us_per_event=round(client_cpu * per_event, 2),
@@ -126,11 +131,13 @@ async def run_micro(
             run = await run_level(
                 target.stream, concurrency, per_client, config.max_tokens, source, on_request
             )
+            server_after, client_after = cpu_seconds(server_process), cpu_seconds(client_process)
             results.append(
                 micro_stats(
                     run,
-                    cpu_seconds(server_process) - server_before,
-                    cpu_seconds(client_process) - client_before,
+                    server_after[0] - server_before[0],
+                    server_after[1] - server_before[1],
+                    client_after[0] - client_before[0],
                 )
             )
     return results
