@@ -108,4 +108,5 @@ def test_micro_benchmark_smoke(tmp_path: Path) -> None:
     assert [m["concurrency"] for m in micro] == [1, 4]
     for m in micro:
         assert m["errors"] == 0 and m["requests"] == 8 and m["events"] == 32
-        assert m["events_per_s"] > 0 and m["server_us_per_event"] > 0
+        # CPU times tick in 10 ms steps: a level this small may read as zero.
+        assert m["events_per_s"] > 0 and m["server_us_per_event"] >= 0
