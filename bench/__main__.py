@@ -21,7 +21,7 @@ from bench import report
 from bench.machine import machine_info
 from bench.micro import MicroConfig, MicroStats, run_micro
 from bench.progress import Progress
-from bench.servers import stop_all
+from bench.servers import descendants, stop_all, stop_new_descendants
 from bench.stats import LevelStats, ratios, summarize
 from bench.targets import (
     EngineTarget,
@@ -234,13 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     spec = model_spec(args)
     progress = Progress(quiet=args.quiet)
     progress.note(f"model {spec.name}, logs in {log_dir}")
+    before = descendants()
     try:
         outcome = asyncio.run(run_all(args, spec, progress, log_dir))
     except KeyboardInterrupt:
-        progress.note("interrupted: stopping servers")
+        progress.note("interrupted")
         return 130
     finally:
         stop_all()
+        stop_new_descendants(before)
     found = ratios(outcome.results)
     goals = report.checks(found, outcome.micro)
     print(render(outcome, found, goals))
@@ -273,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if outcome.failures or errors else 0
 
 
-def raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: asyncio.run then cancels the run and every target stops."""
+    signal.raise_signal(signal.SIGINT)
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, raise_interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     sys.exit(main())

@@ -15,6 +15,9 @@ import psutil
 
 READY_TIMEOUT_S = 300
 STOP_TIMEOUT_S = 60
+"""Time for a clean shutdown of a ready server (it may be draining requests)."""
+STARTING_STOP_TIMEOUT_S = 10
+"""A server still starting may not handle SIGTERM before it is up (vLLM's does not)."""
 RUNNING: set[ServerProcess] = set()
 """Servers started and not yet stopped; `stop_all` is the safety net on the way out."""
 
@@ -57,6 +60,7 @@ class ServerProcess:
         self.env = env
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
+        self.ready = False
 
     @property
     def pid(self) -> int:
@@ -90,21 +94,25 @@ class ServerProcess:
                     )
                 try:
                     if (await client.get(self.ready_url)).status_code == 200:
+                        self.ready = True
                         return time.monotonic() - start
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.5)
         raise ServerError(f"{self.name} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+    def stop(self, timeout_s: float | None = None) -> int | None:
         """SIGTERM (a clean shutdown), then SIGKILL for it and any child left behind."""
         RUNNING.discard(self)
         if self.process is None:
             return None
+        if timeout_s is None:
+            timeout_s = STOP_TIMEOUT_S if self.ready else STARTING_STOP_TIMEOUT_S
         try:
             children = psutil.Process(self.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             children = []
+        killed = False
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -112,7 +120,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        reap(children)
+                killed = True
+        reap(children, timeout_s=1 if killed else 15)
         return self.process.returncode
 
     def log_tail(self, lines: int = 30) -> str:
@@ -137,4 +146,32 @@ def reap(processes: list[psutil.Process], timeout_s: float = 15) -> None:
 def stop_all() -> None:
     """Stop every server still running (after a Ctrl-C or a failure)."""
     for server in list(RUNNING):
-        server.stop(timeout_s=20)
+        server.stop()
+
+
+def descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def stop_new_descendants(before: set[int], timeout_s: float = 15) -> None:
+    """The safety net: end processes this one started since `before` and left running (an
+    engine core whose engine was being built when Ctrl-C came), but not multiprocessing's
+    resource tracker, which exits with this process after cleaning up."""
+    left = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in before and not is_resource_tracker(p)
+    ]
+    for process in left:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    reap(left, timeout_s)
+
+
+def is_resource_tracker(process: psutil.Process) -> bool:
+    try:
+        return any("resource_tracker" in part for part in process.cmdline())
+    except psutil.Error:
+        return False
