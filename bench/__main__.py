@@ -77,8 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add(
         "--micro-requests",
         type=int,
-        default=512,
-        help="micro-benchmark requests per level (default: 512)",
+        default=1024,
+        help="micro-benchmark requests per level (default: 1024)",
     )
     add(
         "--out",

@@ -26,7 +26,7 @@ class MicroConfig:
     """Concurrency levels, requests per level and tokens (= SSE events) per request."""
 
     concurrency: tuple[int, ...] = (1, 256)
-    requests: int = 512
+    requests: int = 1024
     max_tokens: int = 64
 
     def requests_per_client(self, concurrency: int) -> int:
