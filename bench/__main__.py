@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.note(f"model {spec.name}, logs in {log_dir}")
     before = descendants()
     try:
-        outcome = asyncio.run(run_all(args, spec, progress, log_dir))
+        outcome = run_async(run_all(args, spec, progress, log_dir))
     except KeyboardInterrupt:
         progress.note("interrupted")
         return 130
@@ -275,8 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if outcome.failures or errors else 0
 
 
+def run_async(coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run on uvloop, as both servers do (uvicorn picks it), so the in-process engine and the
+    HTTP client get the same event loop; asyncio's own where uvloop is missing."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
 def interrupt(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C: asyncio.run then cancels the run and every target stops."""
+    """SIGTERM as Ctrl-C: the event loop's runner then cancels the run and every target stops."""
     signal.raise_signal(signal.SIGINT)
 
 
