@@ -20,7 +20,7 @@ PROJECT_STAMP := $(VENV)/.project-$(ENGINE)
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup serve test test-unit test-integration clean
+.PHONY: help setup serve test test-unit test-integration clean bench
 
 help:
 	@echo "make serve   set up (venv, vLLM, default model) and serve on $(HOST):$(PORT)"
@@ -77,6 +77,15 @@ test-unit: setup
 
 test-integration: setup
 	$(PY) -m pytest tests/integration
+
+# `make bench`: engine vs ours vs vLLM's server, then the HTTP/SSE micro-benchmark (bench/).
+BENCH_ARGS ?=
+$(VENV)/.bench-extra: pyproject.toml | $(PROJECT_STAMP)
+	$(PIP) install -q -e '.[bench]'
+	@touch $@
+
+bench: setup $(VENV)/.bench-extra
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

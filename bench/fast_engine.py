@@ -1,0 +1,52 @@
+"""An engine double that yields one token per chunk as fast as it can, for the micro-benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from vllm.sampling_params import RequestOutputKind
+
+from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest
+
+TOKEN_TEXT = " tok"
+
+
+class FastEngine:
+    """`InferenceEngine` whose requests produce `max_tokens` one-token chunks without waiting."""
+
+    async def start(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+    @property
+    def is_healthy(self) -> bool:
+        return True
+
+    @property
+    def supports_images(self) -> bool:
+        return False
+
+    def render_chat_prompt(self, text: str) -> str:
+        return text
+
+    async def check_health(self) -> None:
+        return None
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        params = request.sampling_params
+        total = params.max_tokens or 16
+        prompt_tokens = len(request.prompt.split())
+        if params.output_kind == RequestOutputKind.FINAL_ONLY:
+            yield chunk(TOKEN_TEXT * total, total, prompt_tokens, last=True)
+            return
+        for step in range(total):
+            yield chunk(TOKEN_TEXT, 1, prompt_tokens, last=step == total - 1)
+
+
+def chunk(text: str, tokens: int, prompt_tokens: int, last: bool) -> GenerationChunk:
+    completion = CompletionDelta(
+        index=0, text=text, num_tokens=tokens, finish_reason="length" if last else None
+    )
+    return GenerationChunk(completions=[completion], num_prompt_tokens=prompt_tokens, finished=last)

@@ -1,0 +1,112 @@
+"""The benchmark's own code: figures from records, vLLM flags, and a tiny micro-benchmark run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from bench.stats import LevelStats, percentile, ratios, summarize
+from bench.targets import vllm_cli_flags
+from bench.workload import LevelRun, RequestRecord
+
+
+def record(start: float, times: list[float], error: str | None = None) -> RequestRecord:
+    return RequestRecord(
+        start=start, times=times, counts=[1] * len(times), end=times[-1], error=error
+    )
+
+
+def test_summarize_computes_throughput_ttft_and_inter_token_latency() -> None:
+    run = LevelRun(
+        concurrency=2,
+        records=[
+            record(0.0, [0.1, 0.2, 0.3]),
+            record(0.0, [0.3, 0.5, 0.7]),
+            record(1.0, [1.5], "boom"),
+        ],
+        seconds=2.0,
+    )
+    stats = summarize("ours", run)
+    assert (stats.requests, stats.errors, stats.output_tokens) == (3, 1, 7)
+    assert stats.tokens_per_s == 3.5 and stats.requests_per_s == 1.0
+    assert stats.ttft_ms_p50 == pytest.approx(200.0)
+    assert stats.itl_ms_p50 == pytest.approx(150.0) and stats.itl_ms_p99 == pytest.approx(200.0)
+    assert stats.first_error == "boom"
+
+
+def test_percentile_of_one_or_no_sample() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+
+
+def level(target: str, c: int, tps: float, ttft: float) -> LevelStats:
+    return LevelStats(target, c, 10, 0, 640, 1.0, tps, 1.0, ttft, ttft, 1.0, 1.0)
+
+
+def test_ratios_compare_ours_with_each_other_target() -> None:
+    found = ratios(
+        [level("engine", 1, 50, 30), level("ours", 1, 45, 33), level("vllm-openai", 1, 30, 60)]
+    )
+    by = {r.versus: r for r in found}
+    assert by["engine"].tokens_per_s == 0.9 and by["engine"].ttft_p50_delta_ms == 3.0
+    assert by["vllm-openai"].tokens_per_s == 1.5 and by["vllm-openai"].ttft_p50 == 0.55
+
+
+def test_engine_args_become_vllm_server_flags() -> None:
+    flags = vllm_cli_flags(
+        {
+            "max_model_len": 2048,
+            "enforce_eager": True,
+            "disable_log_stats": False,
+            "served_model_name": "smollm2",
+            "enable_prefix_caching": False,
+        }
+    )
+    assert flags == [
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--served-model-name",
+        "smollm2",
+        "--no-enable-prefix-caching",
+    ]
+
+
+def test_plot_draws_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from bench.report import plot
+
+    results = [level(t, c, 10.0 * c, 30.0 + c) for t in ("engine", "ours") for c in (1, 4)]
+    plot(results, tmp_path / "bench.png", "test")
+    assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_micro_benchmark_smoke(tmp_path: Path) -> None:
+    """Our app under uvicorn with the engine double, two tiny levels."""
+    code = main(
+        [
+            "--targets",
+            "micro",
+            "--micro-concurrency",
+            "1",
+            "4",
+            "--micro-requests",
+            "8",
+            "-n",
+            "4",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    [path] = tmp_path.glob("bench-*.json")
+    micro = json.loads(path.read_text())["micro"]
+    assert [m["concurrency"] for m in micro] == [1, 4]
+    for m in micro:
+        assert m["errors"] == 0 and m["requests"] == 8 and m["events"] == 32
+        # CPU times tick in 10 ms steps: a level this small may read as zero.
+        assert m["events_per_s"] > 0 and m["server_us_per_event"] >= 0
