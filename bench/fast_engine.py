@@ -28,6 +28,17 @@ class FastEngine:
     def supports_images(self) -> bool:
         return False
 
+    @property
+    def max_model_len(self) -> int:
+        return 1 << 20
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return 0
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
     def render_chat_prompt(self, text: str) -> str:
         return text
 
