@@ -20,10 +20,20 @@ from app.engine.types import InferenceEngine
 from app.errors import install_error_handlers
 from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.routes import generate, health, metrics, models, repository
+from app.routes.docs import install_docs_and_static
 from app.schemas.generate import GenerateRequest
+from app.schemas.kserve import RepositoryIndexRequest
 from app.settings import Settings
 
 REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
+OPENAPI_TAGS = [
+    {"name": "generate", "description": "Triton's generate extension, served by vLLM."},
+    {"name": "health", "description": "KServe v2 liveness and readiness."},
+    {"name": "models", "description": "KServe v2 metadata and Triton's model repository extension."},
+    {"name": "metrics", "description": "Prometheus metrics."},
+]
+OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
+"""Routes that answer without an API key: the docs and their assets."""
 
 
 def vllm_engine_factory(settings: Settings, registry: CollectorRegistry) -> EngineFactory:
@@ -77,7 +87,10 @@ def create_app(
         title="Triton-style generate server for vLLM",
         version=package.__version__,
         description="Triton's generate extension and KServe v2 routes, served by vLLM.",
+        openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.registry = registry
@@ -90,13 +103,14 @@ def create_app(
     install_error_handlers(app)
     for router in (generate.router, health.router, models.router, repository.router, metrics.router):
         app.include_router(router)
+    install_docs_and_static(app)
     Instrumentator(
         should_group_status_codes=False,
         excluded_handlers=["/metrics"],
         registry=metrics_registry,
     ).instrument(app)
     add_middleware(app, settings)
-    add_schema_components(app, GenerateRequest)
+    customise_openapi(app, GenerateRequest, RepositoryIndexRequest)
     return app
 
 
@@ -104,7 +118,7 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
     """Outermost first: access log, CORS, body size limit, API keys (the last one added
     runs first)."""
     if settings.api_keys:
-        open_prefixes = ["/docs", "/redoc", "/openapi.json"]
+        open_prefixes = list(OPEN_PREFIXES)
         if settings.auth_open_health:
             open_prefixes.append("/v2/health/")
         if settings.auth_open_metrics:
@@ -122,8 +136,9 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(AccessLogMiddleware, log_prompts=settings.log_prompts)
 
 
-def add_schema_components(app: FastAPI, *models: type[Any]) -> None:
-    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI."""
+def customise_openapi(app: FastAPI, *models: type[Any]) -> None:
+    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI, and
+    drop FastAPI's 422 responses: every invalid request is answered 400 `{"error": ...}`."""
     build_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -135,6 +150,11 @@ def add_schema_components(app: FastAPI, *models: type[Any]) -> None:
             model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(model_schema.pop("$defs", {}))
             components[model.__name__] = model_schema
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
         app.openapi_schema = schema
         return schema
 

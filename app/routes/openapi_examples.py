@@ -1,4 +1,4 @@
-"""OpenAPI documentation of the generate routes: request and response examples, error bodies."""
+"""OpenAPI documentation of the routes: request and response examples, error bodies."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ def error_response(description: str, message: str) -> dict[str, Any]:
     }
 
 
+NOT_FOUND = {404: error_response("Unknown model or version", "Request for unknown model: 'other' is not found")}
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: error_response(
         "Invalid request body or parameters (the message names the field)",
         "parameters.temperature: Input should be greater than or equal to 0",
     ),
-    404: error_response("Unknown model or version", "Request for unknown model: 'other' is not found"),
+    **NOT_FOUND,
     503: error_response("Model unavailable", "Model is unavailable due to unhealthy vLLM engine"),
 }
 
@@ -148,3 +150,52 @@ es.addEventListener('end', () => es.close());
 es.addEventListener('error', (e) => { if (e.data) console.error(JSON.parse(e.data).error); es.close(); });
 ```
 """
+
+
+READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Ready (empty body)"},
+    503: {"description": "Not ready (empty body)"},
+}
+
+MODEL_CONFIG_RESPONSE = {
+    "description": "The model configuration as Triton completes it for the vLLM backend",
+    "content": {
+        "application/json": {
+            "example": {
+                "name": "smollm2",
+                "backend": "vllm",
+                "max_batch_size": 0,
+                "model_transaction_policy": {"decoupled": True},
+                "input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}],
+                "output": [{"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]}],
+                "instance_group": [{"count": 1, "kind": "KIND_MODEL"}],
+                "parameters": {"APPLY_CHAT_TEMPLATE": {"string_value": "true"}},
+            }
+        }
+    },
+}
+
+INDEX_REQUEST_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/RepositoryIndexRequest"},
+                "example": {"ready": True},
+            }
+        },
+    }
+}
+
+METRICS_RESPONSE = {
+    "description": "Prometheus text exposition",
+    "content": {
+        "text/plain": {
+            "schema": {"type": "string"},
+            "example": "# TYPE vllm:generation_tokens_total counter\n"
+            'vllm:generation_tokens_total{model="smollm2",version="1"} 4096.0\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            'vllm:num_requests_running{model="smollm2",version="1"} 2.0\n',
+        }
+    },
+}

@@ -105,8 +105,9 @@ def model_query_parameters(model: type[BaseModel], exclude: frozenset[str]) -> l
         }
         if "description" in prop:
             parameter["description"] = prop["description"]
-        if query_schema.get("type") == "array":
-            parameter.update(style="form", explode=True)
+        options = query_schema.get("anyOf", [query_schema])
+        if any(option.get("type") == "array" for option in options):
+            parameter.update(style="form", explode=True)  # repeated: stop=a&stop=b
         parameters.append(parameter)
     return parameters
 
