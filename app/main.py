@@ -21,6 +21,7 @@ from app.errors import install_error_handlers
 from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.routes import generate, health, metrics, models, repository
 from app.routes.docs import install_docs_and_static
+from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
 from app.schemas.generate import GenerateRequest
 from app.schemas.kserve import RepositoryIndexRequest
 from app.settings import Settings
@@ -33,7 +34,7 @@ OPENAPI_TAGS = [
     {"name": "metrics", "description": "Prometheus metrics."},
 ]
 OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
-"""Routes that answer without an API key: the docs and their assets."""
+"""Routes that answer without an API key: the docs, the playground's page and assets."""
 
 
 def vllm_engine_factory(settings: Settings, registry: CollectorRegistry) -> EngineFactory:
@@ -123,7 +124,14 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
             open_prefixes.append("/v2/health/")
         if settings.auth_open_metrics:
             open_prefixes.append("/metrics")
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_prefixes=open_prefixes)
+        app.add_middleware(
+            ApiKeyMiddleware,
+            keys=settings.api_keys,
+            open_prefixes=open_prefixes,
+            open_paths=["/"],
+            query_key_path=EVENT_SOURCE_PATH,
+            query_key_name=API_KEY_PARAMETER,
+        )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes)
     if settings.cors_allow_origins:
         app.add_middleware(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -206,3 +207,34 @@ async def get_and_disconnect(app, path: str, query: bytes) -> list[dict]:
     disconnect.set()
     await asyncio.wait_for(task, timeout=5)
     return sent
+
+
+def test_api_key_in_the_query_only_for_the_get_stream(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), api_keys="k1,k2")
+    query = {"text_input": "x", "max_tokens": 1}
+    assert client.get(STREAM, params=query).status_code == 401
+    assert client.get(STREAM, params={**query, "api_key": "nope"}).status_code == 401
+    assert client.get(STREAM, params=[*query.items(), ("api_key", "k1"), ("api_key", "k2")]).status_code == 401
+    for key in ("k1", "k2"):
+        response = client.get(STREAM, params={**query, "api_key": key})
+        assert response.status_code == 200 and named_events(response)[-1] == ("end", {})
+    versioned = client.get("/v2/models/fake/versions/1/generate_stream", params={**query, "api_key": "k1"})
+    assert versioned.status_code == 200
+    assert client.get(STREAM, params=query, headers={"Authorization": "Bearer k2"}).status_code == 200
+    # Everywhere else the key goes in the header only.
+    assert client.post(STREAM, params={"api_key": "k1"}, json={"text_input": "x"}).status_code == 401
+    assert client.get("/v2/models/fake", params={"api_key": "k1"}).status_code == 401
+    assert client.get("/v2/models/fake/generate_stream/x", params={"api_key": "k1"}).status_code == 401
+
+
+def test_the_api_key_is_never_logged(make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    client = make_client(FakeEngine(), api_keys="secret-key-1", log_prompts=True)
+    response = client.get(STREAM, params={"text_input": "x", "max_tokens": 1, "api_key": "secret-key-1"})
+    assert response.status_code == 200
+    client.get(STREAM, params={"text_input": "x", "max_tokens": 0, "api_key": "secret-key-1"})
+    access = [r for r in caplog.records if r.name == "app.access"]
+    assert len(access) == 2 and access[0].access["path"] == STREAM
+    server_records = [r for r in caplog.records if not r.name.startswith("httpx")]  # not the client's
+    assert all("secret-key-1" not in record.getMessage() for record in server_records)
+    assert all("secret-key-1" not in json.dumps(getattr(r, "access", {})) for r in server_records)
