@@ -19,7 +19,7 @@ from app.engine.translate import RequestLimits
 from app.engine.types import InferenceEngine
 from app.errors import install_error_handlers
 from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
-from app.routes import generate, health, metrics, models, repository
+from app.routes import generate, health, metrics, models, playground, repository
 from app.routes.docs import install_docs_and_static
 from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
 from app.schemas.generate import GenerateRequest
@@ -87,7 +87,8 @@ def create_app(
     app = FastAPI(
         title="Triton-style generate server for vLLM",
         version=package.__version__,
-        description="Triton's generate extension and KServe v2 routes, served by vLLM.",
+        description="Triton's generate extension and KServe v2 routes, served by vLLM. "
+        "The playground is at `/`.",
         openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
         docs_url=None,
@@ -104,6 +105,7 @@ def create_app(
     install_error_handlers(app)
     for router in (generate.router, health.router, models.router, repository.router, metrics.router):
         app.include_router(router)
+    app.include_router(playground.router)
     install_docs_and_static(app)
     Instrumentator(
         should_group_status_codes=False,

@@ -1,4 +1,4 @@
-"""OpenAPI completeness and the offline /docs and /redoc pages."""
+"""OpenAPI completeness, the offline /docs and /redoc pages, and the playground page."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_generate_routes_have_request_response_and_error_examples(openapi: dict)
 
 
 def test_docs_pages_load_only_local_assets(client: TestClient) -> None:
-    for page in ("/docs", "/redoc"):
+    for page in ("/docs", "/redoc", "/"):
         response = client.get(page)
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
         html = response.text
@@ -83,6 +83,11 @@ def test_docs_pages_load_only_local_assets(client: TestClient) -> None:
             assert asset.status_code == 200 and asset.content, (page, url)
 
 
+def test_redoc_may_load_images_from_the_server_only(client: TestClient) -> None:
+    """ReDoc's sidebar shows Redocly's logo from their CDN; the browser must not even try."""
+    assert client.get("/redoc").headers["content-security-policy"] == "img-src 'self' data: blob:"
+
+
 def test_swagger_ui_is_version_5_and_needs_no_validator(client: TestClient) -> None:
     """Swagger UI 4 cannot render OpenAPI 3.1; the validator badge would call out."""
     html = client.get("/docs").text
@@ -90,3 +95,13 @@ def test_swagger_ui_is_version_5_and_needs_no_validator(client: TestClient) -> N
     assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
     bundle = client.get("/static/swagger-ui/swagger-ui-bundle.js").text
     assert re.search(r'"5\.\d+\.\d+"', bundle)
+
+
+def test_playground_page_and_its_assets(client: TestClient) -> None:
+    html = client.get("/").text
+    for element in ('id="model"', 'id="prompt"', 'id="max-tokens"', 'id="temperature"', 'id="stop"', 'id="ttft"', 'id="rate"'):
+        assert element in html
+    script = client.get("/static/playground/playground.js").text
+    assert "new EventSource(" in script and 'addEventListener("end"' in script
+    assert client.get("/static/playground/playground.css").status_code == 200
+    assert client.get("/static/nothing.js").status_code == 404

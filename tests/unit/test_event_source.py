@@ -227,6 +227,15 @@ def test_api_key_in_the_query_only_for_the_get_stream(make_client: Callable[...,
     assert client.get("/v2/models/fake/generate_stream/x", params={"api_key": "k1"}).status_code == 401
 
 
+def test_page_docs_and_assets_stay_open_with_api_keys(make_client: Callable[..., TestClient]) -> None:
+    client = make_client(FakeEngine(), api_keys="k1")
+    for path in ("/", "/docs", "/redoc", "/openapi.json", "/static/playground/playground.js",
+                 "/static/swagger-ui/swagger-ui-bundle.js", "/static/vendor/redoc/redoc.standalone.js"):
+        assert client.get(path).status_code == 200, path
+    assert client.post("/v2/repository/index", json={"ready": True}).status_code == 401
+    assert client.get("/v2").status_code == 401
+
+
 def test_the_api_key_is_never_logged(make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     client = make_client(FakeEngine(), api_keys="secret-key-1", log_prompts=True)
