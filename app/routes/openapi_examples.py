@@ -140,8 +140,9 @@ EVENT_SOURCE_DESCRIPTION = """\
 For browsers: `EventSource` can only send GET. The query string is read as the POST body
 (same schema, same checks): each parameter is a top-level key, sampling parameters included
 (`?text_input=Hi&max_tokens=32&temperature=0.7`); a repeated parameter is a list
-(`stop=a&stop=b`); other vLLM parameters and anything nested go into `sampling_parameters`
-as a JSON object. `api_key` carries the API key when the server requires one.
+(`stop=a&stop=b`); only the parameters below are taken: other vLLM parameters and anything
+nested go into `sampling_parameters` as a JSON object. `api_key` carries the API key when the
+server requires one.
 
 ```js
 const es = new EventSource('/v2/models/smollm2/generate_stream?text_input=Hi&max_tokens=32');

@@ -8,13 +8,16 @@ Rules (the same schema as the POST body, read from strings):
   lists (`stop_token_ids`) are lists even when given once;
 - values are read as pydantic reads a string in lax mode (`max_tokens=32`, `ignore_eos=true`,
   `temperature=0.7`); `text_input` and `stop` stay strings whatever they look like;
-- anything that needs JSON goes into `sampling_parameters` (a JSON object, as in the body) or
-  `structured_outputs` (a JSON object as text);
+- only the documented parameters are taken (the fields of the body and of `parameters`, but
+  `parameters` and `image`): anything else, nested values and vLLM parameters the schema does
+  not type, goes into `sampling_parameters` (a JSON object, as in the body), or
+  `structured_outputs` (a JSON object as text); so no untyped string reaches vLLM;
 - `api_key` is the API key (an `EventSource` cannot send headers) and never part of the body.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 from functools import cache
@@ -40,12 +43,29 @@ def generate_request_from_query(query: QueryParams) -> GenerateRequest:
     for key in dict.fromkeys(query.keys()):
         if key == API_KEY_PARAMETER:
             continue
+        check_known(key)
         values = query.getlist(key)
         data[key] = values if len(values) > 1 or key in lists else values[0]
     try:
         return GenerateRequest.model_validate(data, strict=False)
     except ValidationError as exc:
         raise InvalidRequestError(format_validation_errors(exc.errors())) from exc
+
+
+@cache
+def query_fields() -> frozenset[str]:
+    """The parameters the query string may carry: the typed fields of the body."""
+    return frozenset((set(GenerateRequest.model_fields) | set(SamplingParameters.model_fields)) - NOT_IN_QUERY)
+
+
+def check_known(key: str) -> None:
+    if key in query_fields():
+        return
+    hint = difflib.get_close_matches(key, sorted(query_fields()), n=1)
+    guess = f" (did you mean '{hint[0]}'?)" if hint else ""
+    raise InvalidRequestError(
+        f"{key}: unknown query parameter{guess}; other vLLM parameters go in sampling_parameters (a JSON object)"
+    )
 
 
 @cache

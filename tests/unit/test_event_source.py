@@ -87,8 +87,6 @@ def test_sampling_parameters_json_in_the_query(client: TestClient, engine: FakeE
         ({"max_tokens": "0"}, {"max_tokens": 0}),
         ({"temperature": "-1"}, {"temperature": -1}),
         ({"top_p": "nan"}, {"top_p": "nan"}),
-        ({"foo": "1"}, {"foo": 1}),
-        ({"tempreature": "1"}, {"tempreature": 1}),
         ({"exclude_input_in_output": "false"}, {"exclude_input_in_output": False}),
         ({"sampling_parameters": "[1]"}, {"sampling_parameters": "[1]"}),
         ({"sampling_parameters": "{nope"}, {"sampling_parameters": "{nope"}),
@@ -112,7 +110,10 @@ def test_bad_query_gets_the_post_error(client: TestClient, query: dict, body: di
         ({"text_input": "x", "stream": "maybe"}, "stream: Input should be a valid boolean"),
         ({"text_input": "x", "max_tokens": "many"}, "max_tokens: Input should be a valid integer"),
         ({"text_input": "x", "stop_token_ids": "-1"}, "stop_token_ids.0: Input should be greater than or equal to 0"),
-        ({"text_input": "x", "parameters": "{}"}, "parameters: Input should be a valid dictionary"),
+        ({"text_input": "x", "tempreature": "1"}, "tempreature: unknown query parameter (did you mean 'temperature'?); other vLLM parameters go in sampling_parameters"),
+        ({"text_input": "x", "allowed_token_ids": "5"}, "allowed_token_ids: unknown query parameter"),
+        ({"text_input": "x", "parameters": "{}"}, "parameters: unknown query parameter"),
+        ({"text_input": "x", "image": "aGk="}, "image: unknown query parameter"),
     ],
 )
 def test_bad_query_names_the_parameter(client: TestClient, query: dict, message: str) -> None:
