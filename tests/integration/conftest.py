@@ -92,6 +92,7 @@ def server() -> Iterator[RunningServer]:
         process.kill()
     assert code == 0, f"server exited with {code} on SIGTERM:\n{running.log_tail()}"
     assert not alive, f"engine processes left running after shutdown: {alive}"
+    assert "Traceback" not in running.log_path.read_text(errors="replace"), running.log_tail(80)
 
 
 @pytest.fixture
