@@ -13,6 +13,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 
 import app as package
 from app.access_log import AccessLogMiddleware
+from app.engine.load_metrics import ModelLoadCollector
 from app.engine.registry import EngineFactory, ModelRegistry
 from app.engine.repository import ModelSpec
 from app.engine.translate import RequestLimits
@@ -68,6 +69,7 @@ def create_app(
         drain_timeout=settings.drain_timeout_seconds,
         max_pending=settings.max_pending_requests,
     )
+    metrics_registry.register(ModelLoadCollector(registry))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

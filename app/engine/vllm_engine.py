@@ -65,6 +65,11 @@ class VllmEngine:
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:
+            # AsyncLLM.shutdown stops the engine core before it cancels its output handler;
+            # run in a thread, that handler would see the core die and log a false error.
+            handler = getattr(llm, "output_handler", None)
+            if handler is not None:
+                handler.cancel()
             await asyncio.to_thread(llm.shutdown)
         if self._metrics is not None:
             self._metrics.remove(self._spec.name, self._spec.version)

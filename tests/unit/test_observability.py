@@ -102,3 +102,19 @@ def test_health_check_runs_before_each_request_when_enabled(make_client: Callabl
     response = client.post("/v2/models/fake/generate", json={"text_input": "x"})
     assert response.status_code == 503
     assert client.get("/v2/models/fake/ready").status_code == 503
+
+
+def test_load_gauges_report_admitted_and_engine_held_requests(client: TestClient, engine: FakeEngine) -> None:
+    def gauges() -> dict[str, float]:
+        text = client.get("/metrics").text
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("server_") and s.labels == {"model": "fake", "version": "1"}
+        }
+
+    assert gauges() == {"server_requests_in_flight": 0, "server_engine_requests_unfinished": 0}
+    client.app.state.registry.get("fake").in_flight.update({"a": False, "b": False})
+    engine.active.add("a")
+    assert gauges() == {"server_requests_in_flight": 2, "server_engine_requests_unfinished": 1}

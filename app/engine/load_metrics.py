@@ -1,0 +1,42 @@
+"""Per-model load gauges read at scrape time: what the server admitted, what the engine holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from app.engine.registry import ModelRegistry
+
+LABELS = ("model", "version")
+
+
+class ModelLoadCollector(Collector):
+    """`server_requests_in_flight` (admitted by this server, running or queued) and
+    `server_engine_requests_unfinished` (the engine's own count) per served model version.
+
+    Read when scraped, so they are exact even while the engine is idle (vLLM's own
+    `vllm:num_requests_*` gauges only change when the engine steps).
+    """
+
+    def __init__(self, registry: ModelRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        in_flight = GaugeMetricFamily(
+            "server_requests_in_flight",
+            "Requests admitted by this server and not yet finished.",
+            labels=LABELS,
+        )
+        unfinished = GaugeMetricFamily(
+            "server_engine_requests_unfinished",
+            "Requests the engine holds (running or waiting), by the engine's own count.",
+            labels=LABELS,
+        )
+        for served in self._registry:
+            labels = [served.name, served.version]
+            in_flight.add_metric(labels, len(served.in_flight))
+            unfinished.add_metric(labels, served.engine.num_unfinished_requests)
+        yield in_flight
+        yield unfinished

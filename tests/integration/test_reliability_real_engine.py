@@ -1,0 +1,156 @@
+"""Disconnects, graceful drain and engine-side limits against the real engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+import psutil
+import pytest
+
+from tests.integration.conftest import RunningServer, start_server
+from tests.integration.test_metrics_and_health import scrape
+
+GENERATE = "/v2/models/smollm2/generate"
+STREAM = "/v2/models/smollm2/generate_stream"
+LONG = {"max_tokens": 1500, "ignore_eos": True}
+SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
+
+
+def load(http: httpx.Client) -> tuple[float, float]:
+    """(requests this server holds, requests the engine holds) for smollm2."""
+    values = scrape(http)
+    return values["server_requests_in_flight"], values["server_engine_requests_unfinished"]
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def rss_mib(server: RunningServer) -> float:
+    """Resident memory of the server and its engine-core process."""
+    process = psutil.Process(server.process.pid)
+    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+
+
+async def drop_after_two_events(client: httpx.AsyncClient, index: int) -> None:
+    body = {"text_input": f"Tell story number {index}.", "parameters": LONG}
+    async with client.stream("POST", STREAM, json=body) as response:
+        assert response.status_code == 200
+        events = 0
+        async for line in response.aiter_lines():
+            events += line.startswith("data: ")
+            if events == 2:
+                return
+    raise AssertionError("the stream ended before two events")
+
+
+def drop_streams(base_url: str, first: int, count: int) -> None:
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+            await asyncio.gather(*(drop_after_two_events(client, first + i) for i in range(count)))
+
+    asyncio.run(run())
+
+
+def test_dropped_streams_are_aborted_in_the_engine(server: RunningServer, http: httpx.Client) -> None:
+    """200 streams dropped after two events, 20 at a time: after each round the engine holds
+    no request within 2 s, generates nothing more, and memory does not grow."""
+    memory = []
+    for round_index in range(10):
+        drop_streams(server.base_url, round_index * 20, 20)
+        assert wait_for(lambda: load(http) == (0, 0), 2.0), f"round {round_index}: still running {load(http)}"
+        memory.append(rss_mib(server))
+    generated = scrape(http)["vllm:generation_tokens_total"]
+    time.sleep(1.0)
+    assert scrape(http)["vllm:generation_tokens_total"] == generated
+    # the first rounds warm caches and allocator arenas; after that no growth
+    assert memory[-1] - memory[2] < 64, f"RSS per round (MiB): {[round(m) for m in memory]}"
+
+
+def test_non_streaming_client_timeout_aborts_the_engine_request(server: RunningServer, http: httpx.Client) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}{GENERATE}", json={"text_input": "Go on.", "parameters": LONG}, timeout=1.5)
+    assert wait_for(lambda: load(http) == (0, 0), 2.0), load(http)
+
+
+def test_prompt_longer_than_the_context_is_a_400(http: httpx.Client) -> None:
+    response = http.post(GENERATE, json={"text_input": "word " * 3000})
+    assert response.status_code == 400
+    assert "maximum context length is 2048 tokens" in response.json()["error"]
+
+
+def test_logprobs_above_the_engine_maximum_is_a_400(http: httpx.Client) -> None:
+    response = http.post(GENERATE, json={"text_input": "x", "parameters": {"logprobs": 100000000}})
+    assert response.status_code == 400
+    assert "logprobs" in response.json()["error"]
+
+
+class StreamReader(threading.Thread):
+    """Reads a whole generate_stream response in the background, keeping its events."""
+
+    def __init__(self, base_url: str, body: dict) -> None:
+        super().__init__(daemon=True)
+        self.base_url, self.body = base_url, body
+        self.events: list[dict] = []
+        self.first_event = threading.Event()
+        self.ended_at = 0.0
+
+    def run(self) -> None:
+        with httpx.stream("POST", f"{self.base_url}{STREAM}", json=self.body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    self.events.append(json.loads(line[6:]))
+                    self.first_event.set()
+        self.ended_at = time.monotonic()
+
+
+def test_sigterm_drains_running_requests_then_exits_zero() -> None:
+    """In-flight requests finish within the drain period, new ones get 503, the rest end with
+    an error event when it runs out; then the engine stops and the process exits 0."""
+    drain = 8.0
+    server = start_server(name="drain", env={"DRAIN_TIMEOUT_SECONDS": str(drain)})
+    engine_processes = psutil.Process(server.process.pid).children(recursive=True)
+    http = httpx.Client(base_url=server.base_url, timeout=60)
+    try:
+        long_stream = StreamReader(server.base_url, {"text_input": "Tell a long story.", "parameters": LONG})
+        long_stream.start()
+        assert long_stream.first_event.wait(60)
+        short: dict = {}
+        short_request = threading.Thread(
+            target=lambda: short.update(response=http.post(GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 16}}))
+        )
+        short_request.start()
+        assert wait_for(lambda: load(http)[0] == 2, 10)
+
+        server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert wait_for(lambda: http.get("/v2/health/ready").status_code == 503, 2)
+        refused = http.post(GENERATE, json={"text_input": "Hi"})
+        assert refused.status_code == 503 and "error" in refused.json()
+        assert http.get("/v2/health/live").status_code == 200
+
+        short_request.join(30)
+        assert short["response"].status_code == 200 and short["response"].json()["text_output"]
+        long_stream.join(drain + 30)
+        assert long_stream.events[-1] == {"error": SHUTDOWN_MESSAGE}
+        assert drain - 1 <= long_stream.ended_at - signalled <= drain + 10
+        assert all("text_output" in event for event in long_stream.events[:-1])
+
+        assert server.process.wait(timeout=60) == 0, server.log_tail()
+        _, alive = psutil.wait_procs(engine_processes, timeout=10)
+        assert not alive, f"engine processes left running: {alive}"
+    finally:
+        http.close()
+        if server.process.poll() is None:
+            server.process.kill()
