@@ -139,7 +139,7 @@ async def event_source_stream(
     request: Request, registry: ModelRegistry, model_name: str, model_version: str | None
 ) -> Response:
     """The POST stream built from the query string, ending with `event: end`. Errors before
-    the first event are an `event: error` for clients that accept only `text/event-stream`
+    the first event are an `event: error` when Accept names `text/event-stream`
     (an `EventSource` cannot read a 4xx body) and a JSON error with its status otherwise."""
     try:
         body = generate_request_from_query(request.query_params)

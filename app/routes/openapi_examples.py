@@ -111,7 +111,7 @@ STREAM_RESPONSE = {
 EVENT_SOURCE_RESPONSE = {
     "description": "The events of the POST route, then `event: end`. Errors are `event: error` "
     'with `{"error": ...}`: after the first event always; before it (bad parameters, unknown '
-    "model) when the client accepts only `text/event-stream`, as an EventSource does (it "
+    "model) when the request's Accept names `text/event-stream`, as an EventSource does (it "
     "cannot read a 4xx body), otherwise as the JSON error below with its status.",
     "content": {
         "text/event-stream": {
