@@ -52,17 +52,26 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         process.kill()
 
 
+def hard_address_space_limit() -> int | None:
+    """The hard `ulimit -v` in bytes when it is too low for Chromium to start, else None."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return hard if hard != resource.RLIM_INFINITY and hard < ADDRESS_SPACE_NEEDED else None
+
+
+pytestmark = pytest.mark.skipif(
+    hard_address_space_limit() is not None,
+    reason=f"Chromium cannot start under a hard address-space limit (ulimit -v) of "
+    f"{(hard_address_space_limit() or 0) / 2**30:.0f} GiB: it reserves about 100 GiB; "
+    "use a soft limit (ulimit -Sv) or none",
+)
+
+
 def chromium_within_address_space_limit(folder: Path) -> str:
     """Chromium itself, or under `ulimit -Sv` a launcher that lifts the soft limit for the
-    browser alone (up to the hard limit); a hard limit too low for it skips these tests."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    browser alone (up to the hard limit, which `pytestmark` checked)."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     if soft == resource.RLIM_INFINITY or soft >= ADDRESS_SPACE_NEEDED:
         return CHROMIUM
-    if hard != resource.RLIM_INFINITY and hard < ADDRESS_SPACE_NEEDED:
-        pytest.skip(
-            f"Chromium cannot start under a hard address-space limit of {hard / 2**30:.0f} GiB "
-            f"(ulimit -v): it reserves about 100 GiB; use a soft limit (ulimit -Sv) or none"
-        )
     launcher = folder / "chromium"
     launcher.write_text(f'#!/bin/sh\nulimit -S -v "$(ulimit -H -v)"\nexec "{CHROMIUM}" "$@"\n')
     launcher.chmod(0o755)
