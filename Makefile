@@ -20,7 +20,7 @@ PROJECT_STAMP := $(VENV)/.project-$(ENGINE)
 
 export HF_HUB_OFFLINE := 1
 
-.PHONY: help setup serve test test-unit test-integration clean bench
+.PHONY: help setup serve test test-unit test-integration clean bench browser
 
 help:
 	@echo "make serve   set up (venv, vLLM, default model) and serve on $(HOST):$(PORT)"
@@ -69,13 +69,25 @@ $(DEPLOY_TOOLS_STAMP): scripts/install_deploy_tools.py | $(PY)
 	$(PY) scripts/install_deploy_tools.py .cache/tools
 	@touch $@
 
-test: setup $(DEPLOY_TOOLS_STAMP)
+# Headless Chromium for the browser tests (tests/integration/test_browser.py), driven by
+# Playwright (a test extra): Debian's package, as Playwright cannot download its own browser
+# here. No stamp: `command -v` is instant, and a browser removed later is installed again.
+CHROMIUM ?= chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { \
+	  echo "[setup] installing Debian's chromium for the browser tests (apt-get, about 1 min, once)" && \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	@echo "[setup] browser tests use $$($(CHROMIUM) --version 2>/dev/null)"
+
+test: setup $(DEPLOY_TOOLS_STAMP) browser
 	$(PY) -m pytest
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
 
-test-integration: setup
+test-integration: setup browser
 	$(PY) -m pytest tests/integration
 
 # `make bench`: engine vs ours vs vLLM's server, then the HTTP/SSE micro-benchmark (bench/).

@@ -20,11 +20,22 @@ from app.engine.translate import RequestLimits
 from app.engine.types import InferenceEngine
 from app.errors import install_error_handlers
 from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
-from app.routes import generate, health, metrics, models, repository
+from app.routes import generate, health, metrics, models, playground, repository
+from app.routes.docs import install_docs_and_static
+from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
 from app.schemas.generate import GenerateRequest
+from app.schemas.kserve import RepositoryIndexRequest
 from app.settings import Settings
 
 REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
+OPENAPI_TAGS = [
+    {"name": "generate", "description": "Triton's generate extension, served by vLLM."},
+    {"name": "health", "description": "KServe v2 liveness and readiness."},
+    {"name": "models", "description": "KServe v2 metadata and Triton's model repository extension."},
+    {"name": "metrics", "description": "Prometheus metrics."},
+]
+OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
+"""Routes that answer without an API key: the docs, the playground's page and assets."""
 
 
 def vllm_engine_factory(settings: Settings, registry: CollectorRegistry) -> EngineFactory:
@@ -78,8 +89,12 @@ def create_app(
     app = FastAPI(
         title="Triton-style generate server for vLLM",
         version=package.__version__,
-        description="Triton's generate extension and KServe v2 routes, served by vLLM.",
+        description="Triton's generate extension and KServe v2 routes, served by vLLM. "
+        "The playground is at `/`.",
+        openapi_tags=OPENAPI_TAGS,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.registry = registry
@@ -92,13 +107,15 @@ def create_app(
     install_error_handlers(app)
     for router in (generate.router, health.router, models.router, repository.router, metrics.router):
         app.include_router(router)
+    app.include_router(playground.router)
+    install_docs_and_static(app)
     Instrumentator(
         should_group_status_codes=False,
         excluded_handlers=["/metrics"],
         registry=metrics_registry,
     ).instrument(app)
     add_middleware(app, settings)
-    add_schema_components(app, GenerateRequest)
+    customise_openapi(app, GenerateRequest, RepositoryIndexRequest)
     return app
 
 
@@ -106,12 +123,19 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
     """Outermost first: access log, CORS, body size limit, API keys (the last one added
     runs first)."""
     if settings.api_keys:
-        open_prefixes = ["/docs", "/redoc", "/openapi.json"]
+        open_prefixes = list(OPEN_PREFIXES)
         if settings.auth_open_health:
             open_prefixes.append("/v2/health/")
         if settings.auth_open_metrics:
             open_prefixes.append("/metrics")
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_prefixes=open_prefixes)
+        app.add_middleware(
+            ApiKeyMiddleware,
+            keys=settings.api_keys,
+            open_prefixes=open_prefixes,
+            open_paths=["/"],
+            query_key_path=EVENT_SOURCE_PATH,
+            query_key_name=API_KEY_PARAMETER,
+        )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes)
     if settings.cors_allow_origins:
         app.add_middleware(
@@ -124,8 +148,9 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(AccessLogMiddleware, log_prompts=settings.log_prompts)
 
 
-def add_schema_components(app: FastAPI, *models: type[Any]) -> None:
-    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI."""
+def customise_openapi(app: FastAPI, *models: type[Any]) -> None:
+    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI, and
+    drop FastAPI's 422 responses: every invalid request is answered 400 `{"error": ...}`."""
     build_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -137,6 +162,11 @@ def add_schema_components(app: FastAPI, *models: type[Any]) -> None:
             model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(model_schema.pop("$defs", {}))
             components[model.__name__] = model_schema
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
         app.openapi_schema = schema
         return schema
 

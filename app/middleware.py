@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterable
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -56,17 +58,33 @@ class BodySizeLimitMiddleware:
 
 
 class ApiKeyMiddleware:
-    """Require `Authorization: Bearer <key>` for every route but the open ones."""
+    """Require `Authorization: Bearer <key>` for every route but the open ones.
 
-    def __init__(self, app: ASGIApp, keys: Iterable[str], open_prefixes: Iterable[str]) -> None:
+    GET requests to paths matching `query_key_path` (the EventSource stream, whose client
+    cannot send headers) may carry the key as the query parameter `query_key_name` instead.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: Iterable[str],
+        open_prefixes: Iterable[str],
+        open_paths: Iterable[str] = (),
+        query_key_path: re.Pattern[str] | None = None,
+        query_key_name: str = "api_key",
+    ) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
         self.open_prefixes = tuple(open_prefixes)
+        self.open_paths = frozenset(open_paths)
+        self.query_key_path = query_key_path
+        self.query_key_name = query_key_name
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
             or scope["method"] == "OPTIONS"
+            or scope["path"] in self.open_paths
             or scope["path"].startswith(self.open_prefixes)
             or self.authorized(scope)
         ):
@@ -76,12 +94,33 @@ class ApiKeyMiddleware:
         await error_response(error)(scope, receive, send)
 
     def authorized(self, scope: Scope) -> bool:
-        value = header(scope, b"authorization") or ""
-        scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer" or not token:
+        return self.valid(bearer_token(scope)) or self.valid(self.query_key(scope))
+
+    def valid(self, presented: str | None) -> bool:
+        if not presented:
             return False
-        presented = token.strip().encode()
-        return any(hmac.compare_digest(presented, key) for key in self.keys)
+        token = presented.encode()
+        return any(hmac.compare_digest(token, key) for key in self.keys)
+
+    def query_key(self, scope: Scope) -> str | None:
+        """The key from the query string, on the routes that take it there."""
+        if (
+            self.query_key_path is None
+            or scope["method"] != "GET"
+            or not self.query_key_path.fullmatch(scope["path"])
+        ):
+            return None
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        values = query.get(self.query_key_name, [])
+        return values[0].strip() if len(values) == 1 else None
+
+
+def bearer_token(scope: Scope) -> str | None:
+    value = header(scope, b"authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip()
 
 
 def header(scope: Scope, name: bytes) -> str | None:

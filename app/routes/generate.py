@@ -1,55 +1,61 @@
-"""Triton's generate extension: `generate` and `generate_stream`, with and without a version."""
+"""Triton's generate extension: `generate` and `generate_stream`, with and without a version,
+plus a GET `generate_stream` for browsers' `EventSource`."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.engine.generation import generate_response, prepare, stream_deltas
-from app.engine.registry import ModelRegistry
-from app.errors import InvalidRequestError, ServerError, error_body
+from app.engine.registry import ModelRegistry, ServedModel
+from app.errors import InvalidRequestError, ServerError
 from app.routes.dependencies import generate_request_body, get_registry
-from app.routes.sse import EventStream
-from app.schemas.generate import ErrorResponse, GenerateRequest, GenerateResponse
+from app.routes.openapi_examples import (
+    ERROR_RESPONSES,
+    EVENT_SOURCE_DESCRIPTION,
+    EVENT_SOURCE_RESPONSE,
+    GENERATE_REQUEST_BODY,
+    GENERATE_RESPONSE,
+    QUERY_EXAMPLES,
+    STREAM_REQUEST_BODY,
+    STREAM_RESPONSE,
+)
+from app.routes.query import generate_request_from_query, query_parameters_openapi
+from app.routes.sse import (
+    EVENT_SOURCE_FRAMING,
+    TRITON_FRAMING,
+    EventStream,
+    Framing,
+    error_event_stream,
+    sse_frames,
+)
+from app.schemas.generate import GenerateRequest, GenerateResponse
 
-logger = logging.getLogger(__name__)
 router = APIRouter(tags=["generate"])
 
 T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorResponse, "description": "Invalid request body or parameters"},
-    404: {"model": ErrorResponse, "description": "Unknown model or version"},
-    503: {"model": ErrorResponse, "description": "Model unavailable"},
-}
-REQUEST_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/GenerateRequest"}}},
-    }
-}
+QUERY_PARAMETERS = query_parameters_openapi(QUERY_EXAMPLES)
 
 
 @router.post(
     "/v2/models/{model_name}/generate",
     summary="Generate text (one JSON response)",
     response_model=GenerateResponse,
-    responses=ERROR_RESPONSES,
-    openapi_extra=REQUEST_BODY,
+    responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra=GENERATE_REQUEST_BODY,
 )
 @router.post(
     "/v2/models/{model_name}/versions/{model_version}/generate",
     summary="Generate text with a given model version (one JSON response)",
     response_model=GenerateResponse,
-    responses=ERROR_RESPONSES,
-    openapi_extra=REQUEST_BODY,
+    responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra=GENERATE_REQUEST_BODY,
 )
 async def generate(
     model_name: str,
@@ -75,15 +81,15 @@ async def generate(
     "/v2/models/{model_name}/generate_stream",
     summary="Generate text as Server-Sent Events",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}}, **ERROR_RESPONSES},
-    openapi_extra=REQUEST_BODY,
+    responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra=STREAM_REQUEST_BODY,
 )
 @router.post(
     "/v2/models/{model_name}/versions/{model_version}/generate_stream",
     summary="Generate text with a given model version as Server-Sent Events",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}}, **ERROR_RESPONSES},
-    openapi_extra=REQUEST_BODY,
+    responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra=STREAM_REQUEST_BODY,
 )
 async def generate_stream(
     model_name: str,
@@ -92,7 +98,64 @@ async def generate_stream(
     body: GenerateRequest = Depends(generate_request_body),
     registry: ModelRegistry = Depends(get_registry),
 ) -> Response:
-    model = registry.get(model_name, model_version)
+    """Triton's `generate_stream`: one `data: {json}` event per engine step."""
+    return await open_stream(request, registry.get(model_name, model_version), body, TRITON_FRAMING)
+
+
+@router.get(
+    "/v2/models/{model_name}/generate_stream",
+    summary="Generate text as Server-Sent Events, for a browser EventSource (query parameters)",
+    description=EVENT_SOURCE_DESCRIPTION,
+    response_class=EventSourceResponse,
+    responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra={"parameters": QUERY_PARAMETERS},
+)
+async def generate_stream_get(
+    model_name: str, request: Request, registry: ModelRegistry = Depends(get_registry)
+) -> Response:
+    """The same stream from query parameters, for `EventSource`."""
+    return await event_source_stream(request, registry, model_name, None)
+
+
+@router.get(
+    "/v2/models/{model_name}/versions/{model_version}/generate_stream",
+    summary="Generate text with a given model version as Server-Sent Events, for a browser EventSource",
+    description=EVENT_SOURCE_DESCRIPTION,
+    response_class=EventSourceResponse,
+    responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra={"parameters": QUERY_PARAMETERS},
+)
+async def generate_stream_get_version(
+    model_name: str,
+    model_version: str,
+    request: Request,
+    registry: ModelRegistry = Depends(get_registry),
+) -> Response:
+    """The same stream of one model version from query parameters, for `EventSource`."""
+    return await event_source_stream(request, registry, model_name, model_version)
+
+
+async def event_source_stream(
+    request: Request, registry: ModelRegistry, model_name: str, model_version: str | None
+) -> Response:
+    """The POST stream built from the query string, ending with `event: end`. Errors before
+    the first event are an `event: error` when Accept names `text/event-stream`
+    (an `EventSource` cannot read a 4xx body) and a JSON error with its status otherwise."""
+    try:
+        body = generate_request_from_query(request.query_params)
+        model = registry.get(model_name, model_version)
+        return await open_stream(request, model, body, EVENT_SOURCE_FRAMING)
+    except ServerError as exc:
+        if not accepts_event_stream(request):
+            raise
+        return error_event_stream(exc)
+
+
+async def open_stream(
+    request: Request, model: ServedModel, body: GenerateRequest, framing: Framing
+) -> Response:
+    """Validate, start the engine request and wait for its first event, so that errors
+    before it are answered with their status; then stream the rest."""
     plan = prepare(body, model, stream_default=True, limits=request.app.state.limits)
     events = stream_deltas(model, plan)
     try:
@@ -104,40 +167,15 @@ async def generate_stream(
         await events.aclose()
         raise
     return EventStream(
-        sse_frames(first, events),
+        sse_frames(first, events, framing),
         sep="\n",
         ping=request.app.state.settings.sse_ping_seconds,
     )
 
 
-async def sse_frames(
-    first: dict[str, Any], events: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[bytes]:
-    """`data:` frames of compact JSON; an error after the first event becomes an error frame."""
-    try:
-        yield data_frame(first)
-        async for event in events:
-            yield data_frame(event)
-    except ServerError as exc:
-        yield data_frame(error_body(exc.message))
-    except Exception as exc:
-        logger.exception("stream failed after its first event")
-        yield data_frame(error_body(f"Error generating stream: {exc}"))
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
-
-
-JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def data_frame(payload: dict[str, Any]) -> bytes:
-    """One SSE event, `data: {json}\n\n`, as bytes sse-starlette sends unchanged.
-
-    Compact JSON escapes every line break, so the payload is always one `data:` line. Built
-    here once per event with a shared encoder: cheaper than `json.dumps` with options plus
-    sse-starlette's generic `ServerSentEvent` formatting of a dict, on the per-token path.
-    """
-    return b"data: " + JSON_ENCODER.encode(payload).encode() + b"\n\n"
+def accepts_event_stream(request: Request) -> bool:
+    """True for an `EventSource` (it always sends `Accept: text/event-stream`)."""
+    return "text/event-stream" in request.headers.get("accept", "")
 
 
 class ClientDisconnected(Exception):

@@ -7,16 +7,27 @@ from fastapi.responses import Response
 
 from app.engine.registry import ModelRegistry
 from app.routes.dependencies import get_registry
+from app.routes.openapi_examples import READY_RESPONSES
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/v2/health/live", summary="Is the server process alive", response_class=Response)
+@router.get(
+    "/v2/health/live",
+    summary="Is the server process alive",
+    response_class=Response,
+    responses={200: {"description": "Alive (empty body)"}},
+)
 async def live() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/v2/health/ready", summary="Are all models ready to take requests", response_class=Response)
+@router.get(
+    "/v2/health/ready",
+    summary="Are all models ready to take requests",
+    response_class=Response,
+    responses=READY_RESPONSES,
+)
 async def ready(registry: ModelRegistry = Depends(get_registry)) -> Response:
     all_ready = all(model.is_ready for model in registry)
     return Response(status_code=200 if all_ready else 503)

@@ -11,14 +11,13 @@ import app as package
 from app.engine.registry import ModelRegistry
 from app.engine.triton_config import config_json, metadata_json
 from app.routes.dependencies import get_registry
-from app.schemas.generate import ErrorResponse
+from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
 
 router = APIRouter(tags=["models"])
 
 SERVER_NAME = "triton-vllm-generate"
 EXTENSIONS = ["model_repository", "model_configuration", "generate"]
-NOT_FOUND = {404: {"model": ErrorResponse, "description": "Unknown model or version"}}
 
 
 @router.get("/v2", summary="Server metadata", response_model=ServerMetadata)
@@ -44,12 +43,15 @@ async def model_metadata(
 
 
 @router.get(
-    "/v2/models/{model_name}/ready", summary="Is the model ready", responses=NOT_FOUND, response_class=Response
+    "/v2/models/{model_name}/ready",
+    summary="Is the model ready",
+    responses={**READY_RESPONSES, **NOT_FOUND},
+    response_class=Response,
 )
 @router.get(
     "/v2/models/{model_name}/versions/{model_version}/ready",
     summary="Is this model version ready",
-    responses=NOT_FOUND,
+    responses={**READY_RESPONSES, **NOT_FOUND},
     response_class=Response,
 )
 async def model_ready(
@@ -59,11 +61,15 @@ async def model_ready(
     return Response(status_code=200 if served.is_ready else 503)
 
 
-@router.get("/v2/models/{model_name}/config", summary="Model configuration", responses=NOT_FOUND)
+@router.get(
+    "/v2/models/{model_name}/config",
+    summary="Model configuration",
+    responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
+)
 @router.get(
     "/v2/models/{model_name}/versions/{model_version}/config",
     summary="Model configuration of one version",
-    responses=NOT_FOUND,
+    responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
 )
 async def model_config(
     model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)

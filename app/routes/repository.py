@@ -10,13 +10,16 @@ from fastapi.responses import Response
 from app.engine.registry import ModelRegistry
 from app.errors import ModelConfigError, ModelLoadError, ServerError
 from app.routes.dependencies import get_registry, optional_json_body
-from app.schemas.generate import ErrorResponse
+from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["models"])
 
-LOAD_ERRORS = {400: {"model": ErrorResponse, "description": "The model could not be loaded"}}
+LOAD_ERRORS = {
+    400: error_response("The model could not be loaded", "load failed for model 'smollm2': ...")
+}
+UNLOAD_ERRORS = {404: error_response("Model not loaded", "Request for unknown model: 'other' is not found")}
 
 
 @router.post(
@@ -24,6 +27,7 @@ LOAD_ERRORS = {400: {"model": ErrorResponse, "description": "The model could not
     summary="Every model of the repository with its state",
     response_model=list[RepositoryIndexEntry],
     response_model_exclude_none=True,
+    openapi_extra=INDEX_REQUEST_BODY,
 )
 async def repository_index(
     body: RepositoryIndexRequest | None = Depends(optional_json_body(RepositoryIndexRequest)),
@@ -66,7 +70,7 @@ async def load_model(
 @router.post(
     "/v2/repository/models/{model_name}/unload",
     summary="Unload a model: stop admitting, let running requests finish, stop its engines",
-    responses={404: {"model": ErrorResponse, "description": "Model not loaded"}},
+    responses=UNLOAD_ERRORS,
     response_class=Response,
 )
 async def unload_model(

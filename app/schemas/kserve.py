@@ -8,6 +8,18 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ServerMetadata(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "triton-vllm-generate",
+                    "version": "0.1.0",
+                    "extensions": ["model_repository", "model_configuration", "generate"],
+                }
+            ]
+        }
+    )
+
     name: str
     version: str
     extensions: list[str]
@@ -20,6 +32,20 @@ class TensorMetadata(BaseModel):
 
 
 class ModelMetadata(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "smollm2",
+                    "versions": ["1"],
+                    "platform": "vllm",
+                    "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1]}],
+                    "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}],
+                }
+            ]
+        }
+    )
+
     name: str
     versions: list[str]
     platform: str
@@ -28,12 +54,16 @@ class ModelMetadata(BaseModel):
 
 
 class RepositoryIndexRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [{"ready": True}]})
 
     ready: bool | None = None
 
 
 class RepositoryIndexEntry(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "smollm2", "version": "1", "state": "READY"}]}
+    )
+
     name: str
     version: str | None = None
     state: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from app.routes.generate import data_frame
+from app.routes.sse import data_frame
 from app.routes.sse import EventStream
 
 
