@@ -7,11 +7,13 @@ import binascii
 import difflib
 import io
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -203,11 +205,29 @@ def build_sampling_params(parameters: dict[str, Any], stream: bool) -> Any:
         parameters["structured_outputs"] = structured_outputs(
             parameters.get("structured_outputs", guided)
         )
+    coerce_undeclared(parameters)
     kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
     try:
         return SamplingParams(**parameters, output_kind=kind)
     except Exception as exc:  # vLLM validates in __post_init__ with several exception types
         raise InvalidRequestError(f"parameters: {exc}") from exc
+
+
+def coerce_undeclared(parameters: dict[str, Any]) -> None:
+    """Convert the parameters our schema does not declare to vLLM's own field types
+    (`SamplingParams` takes any value; a wrong type would fail later, in the engine)."""
+    undeclared = [k for k in parameters if k not in SamplingParameters.model_fields]
+    if not undeclared:
+        return
+    try:
+        converted = msgspec.convert({k: parameters[k] for k in undeclared}, SamplingParams, strict=False)
+    except msgspec.ValidationError as exc:
+        message, _, where = str(exc).partition(" - at ")
+        field = re.search(r"\$\.(\w+)", where)
+        raise InvalidRequestError(f"parameters.{field.group(1) if field else ''}: {message}") from exc
+    except Exception as exc:  # vLLM's __post_init__ checks values too
+        raise InvalidRequestError(f"parameters: {exc}") from exc
+    parameters.update({k: getattr(converted, k) for k in undeclared})
 
 
 def structured_outputs(value: Any) -> Any:

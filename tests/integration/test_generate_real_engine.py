@@ -135,6 +135,10 @@ def test_stop_string_ends_the_output(http: httpx.Client) -> None:
         (GENERATE, {"text_input": "x", "parameters": {"max_tokens": -3}}, "parameters.max_tokens"),
         (GENERATE, {"text_input": "x", "parameters": {"lora_name": "x"}}, "LoRA feature is not enabled."),
         (GENERATE, {"text_input": "x", "image": ["aGVsbG8="]}, "takes no images"),
+        (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": "5"}}, "parameters.allowed_token_ids"),
+        (STREAM, {"text_input": "x", "parameters": {"logit_bias": "xyz"}}, "parameters.logit_bias"),
+        (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}}, "allowed_token_ids"),
+        (GENERATE, {"text_input": "x", "parameters": {"logprobs": 10**8}}, "logprobs"),
     ],
 )
 def test_bad_input_gets_400_naming_the_problem(http: httpx.Client, route: str, body: dict, message: str) -> None:

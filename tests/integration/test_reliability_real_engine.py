@@ -84,18 +84,6 @@ def test_non_streaming_client_timeout_aborts_the_engine_request(server: RunningS
     assert wait_for(lambda: load(http) == (0, 0), 2.0), load(http)
 
 
-def test_prompt_longer_than_the_context_is_a_400(http: httpx.Client) -> None:
-    response = http.post(GENERATE, json={"text_input": "word " * 3000})
-    assert response.status_code == 400
-    assert "maximum context length is 2048 tokens" in response.json()["error"]
-
-
-def test_logprobs_above_the_engine_maximum_is_a_400(http: httpx.Client) -> None:
-    response = http.post(GENERATE, json={"text_input": "x", "parameters": {"logprobs": 100000000}})
-    assert response.status_code == 400
-    assert "logprobs" in response.json()["error"]
-
-
 class StreamReader(threading.Thread):
     """Reads a whole generate_stream response in the background, keeping its events."""
 

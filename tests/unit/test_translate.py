@@ -92,6 +92,25 @@ def test_server_only_sampling_fields_cannot_be_set() -> None:
         plan({"text_input": "x", "parameters": {"output_kind": 1}})
 
 
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"allowed_token_ids": "5"}, r"parameters\.allowed_token_ids: Expected `array \| null`, got `str`"),
+        ({"logit_bias": {"abc": 1.0}}, r"parameters\.logit_bias: "),
+        ({"bad_words": ["x", 3]}, r"parameters\.bad_words: Expected `str`, got `int`"),
+    ],
+)
+def test_parameters_our_schema_does_not_declare_get_vllms_types(parameters: dict, message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        plan({"text_input": "x", "parameters": parameters})
+
+
+def test_parameters_our_schema_does_not_declare_pass_through_when_well_typed() -> None:
+    result = plan({"text_input": "x", "parameters": {"allowed_token_ids": [5, 6], "logit_bias": {"5": 2.0}}})
+    assert result.engine_request.sampling_params.allowed_token_ids == [5, 6]
+    assert result.engine_request.sampling_params.logit_bias == {5: 2.0}
+
+
 def test_vllm_validation_errors_become_400() -> None:
     with pytest.raises(InvalidRequestError, match="n must be 1 when using greedy sampling"):
         plan({"text_input": "x", "parameters": {"n": 2, "temperature": 0}})
