@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from app.access_log import configure_logging
+from app.observability.access_log import configure_logging
 from app.settings import Settings
 
 

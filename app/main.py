@@ -1,4 +1,5 @@
-"""The application factory: settings, model registry, lifespan, routers, metrics, error mapping."""
+"""The composition root: settings, the runtime (registry, generation service, metrics), the
+HTTP app with its routers and middleware. The only module that knows every package."""
 
 from __future__ import annotations
 
@@ -12,22 +13,22 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_fastapi_instrumentator import Instrumentator
 
 import app as package
-from app.access_log import AccessLogMiddleware
-from app.engine.load_metrics import ModelLoadCollector
-from app.engine.registry import EngineFactory, ModelRegistry
-from app.engine.repository import ModelSpec
-from app.engine.translate import RequestLimits
-from app.engine.types import InferenceEngine
-from app.errors import install_error_handlers
-from app.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
+from app.core.limits import RequestLimits
+from app.core.service import GenerationService
+from app.http.access_log import AccessLogMiddleware
+from app.http.errors import install_error_handlers
+from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
+from app.observability.load_metrics import ModelLoadCollector
+from app.repository.layout import EngineArgsCheck, accept_engine_args
+from app.repository.registry import EngineFactory, ModelRegistry
 from app.routes import generate, health, metrics, models, playground, repository
 from app.routes.docs import install_docs_and_static
 from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
+from app.runtime import Runtime
 from app.schemas.generate import GenerateRequest
 from app.schemas.kserve import RepositoryIndexRequest
 from app.settings import Settings
 
-REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
 OPENAPI_TAGS = [
     {"name": "generate", "description": "Triton's generate extension, served by vLLM."},
     {"name": "health", "description": "KServe v2 liveness and readiness."},
@@ -38,22 +39,40 @@ OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 """Routes that answer without an API key: the docs, the playground's page and assets."""
 
 
-def vllm_engine_factory(settings: Settings, registry: CollectorRegistry) -> EngineFactory:
-    """Engines backed by vLLM (imported here so tests with a double never load it)."""
-    from app.engine.metrics import MetricsProvider
-    from app.engine.vllm_engine import VllmEngine
+def vllm_engines(settings: Settings, metrics_registry: CollectorRegistry) -> tuple[EngineFactory, EngineArgsCheck]:
+    """vLLM's engines and its check of model.json (imported here: a test with an engine
+    double never loads vLLM)."""
+    from app.engine.engine_args import vllm_engine_args
+    from app.engine.factory import vllm_engine_factory
 
-    provider = MetricsProvider(registry)
+    factory = vllm_engine_factory(
+        metrics_registry,
+        cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
+        report_all_metrics=settings.report_custom_metrics,
+    )
+    return factory, vllm_engine_args
 
-    def create(spec: ModelSpec) -> InferenceEngine:
-        report = settings.report_custom_metrics or spec.flag(REPORT_CUSTOM_METRICS)
-        return VllmEngine(
-            spec,
-            cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
-            metrics=provider if report else None,
-        )
 
-    return create
+def build_runtime(settings: Settings, engine_factory: EngineFactory | None = None) -> Runtime:
+    """The registry of the repository's models, the generation service, the metrics."""
+    metrics_registry = CollectorRegistry()
+    check_engine_args: EngineArgsCheck = accept_engine_args
+    if engine_factory is None:
+        engine_factory, check_engine_args = vllm_engines(settings, metrics_registry)
+    registry = ModelRegistry(
+        settings.model_repository,
+        engine_factory,
+        only=settings.models,
+        drain_timeout=settings.drain_timeout_seconds,
+        max_pending=settings.max_pending_requests,
+        check_engine_args=check_engine_args,
+    )
+    metrics_registry.register(ModelLoadCollector(registry))
+    generation = GenerationService(
+        RequestLimits(max_tokens=settings.max_tokens_limit, max_n=settings.max_n),
+        timeout_seconds=settings.request_timeout_seconds,
+    )
+    return Runtime(registry=registry, generation=generation, metrics_registry=metrics_registry)
 
 
 def create_app(
@@ -61,28 +80,20 @@ def create_app(
 ) -> FastAPI:
     """Build the app; engines start in its lifespan, before it accepts traffic."""
     settings = settings or Settings()
-    metrics_registry = CollectorRegistry()
-    registry = ModelRegistry(
-        settings.model_repository,
-        engine_factory or vllm_engine_factory(settings, metrics_registry),
-        only=settings.models,
-        drain_timeout=settings.drain_timeout_seconds,
-        max_pending=settings.max_pending_requests,
-    )
-    metrics_registry.register(ModelLoadCollector(registry))
+    runtime = build_runtime(settings, engine_factory)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         metrics_server = None
         if settings.metrics_port:
             metrics_server, _thread = start_http_server(
-                settings.metrics_port, addr=settings.host, registry=metrics_registry
+                settings.metrics_port, addr=settings.host, registry=runtime.metrics_registry
             )
-        await registry.start()
+        await runtime.registry.start()
         try:
             yield
         finally:
-            await registry.shutdown()
+            await runtime.registry.shutdown()
             if metrics_server is not None:
                 metrics_server.shutdown()
 
@@ -97,13 +108,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.registry = registry
-    app.state.metrics_registry = metrics_registry
-    app.state.limits = RequestLimits(
-        max_tokens=settings.max_tokens_limit,
-        max_n=settings.max_n,
-        timeout_seconds=settings.request_timeout_seconds,
-    )
+    app.state.runtime = runtime
     install_error_handlers(app)
     for router in (generate.router, health.router, models.router, repository.router, metrics.router):
         app.include_router(router)
@@ -112,7 +117,7 @@ def create_app(
     Instrumentator(
         should_group_status_codes=False,
         excluded_handlers=["/metrics"],
-        registry=metrics_registry,
+        registry=runtime.metrics_registry,
     ).instrument(app)
     add_middleware(app, settings)
     customise_openapi(app, GenerateRequest, RepositoryIndexRequest)

@@ -43,7 +43,7 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         try:
-            await self._app.state.registry.drain()
+            await self._app.state.runtime.registry.drain()
         finally:
             self.should_exit = True
 

@@ -15,7 +15,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from app.paths import PROJECT_ROOT
+
 DEFAULT_SETTINGS_FILE = PROJECT_ROOT / "configs" / "server.toml"
 
 

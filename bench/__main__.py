@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.engine.repository import ModelSpec, load_repository
-from app.settings import PROJECT_ROOT
+from app.engine.engine_args import vllm_engine_args
+from app.paths import PROJECT_ROOT
+from app.repository.layout import ModelSpec, load_repository
 from bench import report
 from bench.machine import machine_info
 from bench.micro import MicroConfig, MicroStats, run_micro
@@ -100,7 +101,9 @@ class Outcome:
 
 
 def model_spec(args: argparse.Namespace) -> ModelSpec:
-    specs = load_repository(args.model_repository, [args.model] if args.model else None)
+    specs = load_repository(
+        args.model_repository, [args.model] if args.model else None, vllm_engine_args
+    )
     return specs[0]
 
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from vllm.sampling_params import RequestOutputKind
-
-from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.engine.sampling import to_sampling_params
 
 TOKEN_TEXT = " tok"
 
 
 class FastEngine:
-    """`InferenceEngine` whose requests produce `max_tokens` one-token chunks without waiting."""
+    """`InferenceEngine` whose requests produce `max_tokens` one-token chunks without waiting
+    (after converting their sampling values to vLLM's `SamplingParams`, as the real one does)."""
 
     async def start(self) -> None:
         return None
@@ -46,10 +46,10 @@ class FastEngine:
         return None
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        params = request.sampling_params
+        params = to_sampling_params(request.sampling, request.stream)  # as the vLLM engine does
         total = params.max_tokens or 16
         prompt_tokens = len(request.prompt.split())
-        if params.output_kind == RequestOutputKind.FINAL_ONLY:
+        if not request.stream:
             yield chunk(TOKEN_TEXT * total, total, prompt_tokens, last=True)
             return
         for step in range(total):

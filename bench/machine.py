@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from app.settings import PROJECT_ROOT
+from app.paths import PROJECT_ROOT
 
 
 def cpu_model() -> str:

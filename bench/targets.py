@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import psutil
 
-from app.engine.repository import ModelSpec
+from app.repository.layout import ModelSpec
 from bench.servers import ServerProcess, free_port, reap, server_env
 
 REQUEST_TIMEOUT_S = 600

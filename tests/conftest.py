@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,16 +11,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.doubles import FakeEngine
-
-
-def write_model(root: Path, name: str, version: str = "1", config: str | None = None, **engine_args: object) -> Path:
-    """Add one model version to a repository folder."""
-    version_dir = root / name / version
-    version_dir.mkdir(parents=True, exist_ok=True)
-    (version_dir / "model.json").write_text(json.dumps(engine_args or {"model": "fake-model"}))
-    if config is not None:
-        (root / name / "config.pbtxt").write_text(config)
-    return version_dir
+from tests.support.repository import write_model
 
 
 @pytest.fixture

@@ -4,19 +4,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
-from vllm.sampling_params import RequestOutputKind
+from vllm import SamplingParams
 
-from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest
-from app.errors import ModelUnavailableError, ServerError
+from app.core.chunks import merge_chunks
+from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.engine.sampling import to_sampling_params
+from app.errors import EngineUnhealthyError, ServerError
 
 WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
 
 
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """A request as the engine received it, with its sampling values as vLLM reads them."""
+
+    request_id: str
+    prompt: str
+    sampling_params: SamplingParams
+    images: list[Any]
+    lora: Any
+    stream: bool
+
+    @classmethod
+    def of(cls, request: GenerationRequest, params: SamplingParams) -> ReceivedRequest:
+        return cls(request.request_id, request.prompt, params, request.images, request.lora, request.stream)
+
+
 class FakeEngine:
     """Completion `i` emits WORDS[(step + i) % 6], one token per step, honouring
-    max_tokens, n, stop strings, logprobs and the output kind of the sampling params."""
+    max_tokens, n, stop strings, logprobs and streaming. Sampling values are validated and
+    read as the vLLM engine does (its own conversion to `SamplingParams`)."""
 
     def __init__(
         self,
@@ -26,7 +47,7 @@ class FakeEngine:
         fail_after: int | None = None,
         fail_with: Exception | None = None,
     ) -> None:
-        self.requests: list[GenerationRequest] = []
+        self.requests: list[ReceivedRequest] = []
         self.active: set[str] = set()
         self.aborted: list[str] = []
         self.abort_calls: list[str] = []
@@ -68,19 +89,18 @@ class FakeEngine:
 
     async def check_health(self) -> None:
         if not self.healthy:
-            raise ModelUnavailableError("Model is unavailable due to unhealthy vLLM engine")
+            raise EngineUnhealthyError()
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        self.requests.append(request)
+        params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+        self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:
             raise self._fail_with
         self.active.add(request.request_id)
         try:
-            steps = self._steps(request, len(request.prompt.split()))
-            if request.sampling_params.output_kind == RequestOutputKind.FINAL_ONLY:
-                from app.engine.responses import merge_chunks
-
-                yield merge_chunks([chunk async for chunk in steps], request.sampling_params.n)
+            steps = self._steps(request.request_id, params, len(request.prompt.split()))
+            if not request.stream:
+                yield merge_chunks([chunk async for chunk in steps], params.n)
             else:
                 async for chunk in steps:
                     yield chunk
@@ -90,8 +110,9 @@ class FakeEngine:
         finally:
             self.active.discard(request.request_id)
 
-    async def _steps(self, request: GenerationRequest, num_prompt_tokens: int) -> AsyncIterator[GenerationChunk]:
-        params = request.sampling_params
+    async def _steps(
+        self, request_id: str, params: SamplingParams, num_prompt_tokens: int
+    ) -> AsyncIterator[GenerationChunk]:
         stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
         running = set(range(params.n))
         cumulative = [0.0] * params.n
@@ -100,7 +121,7 @@ class FakeEngine:
                 raise self._fail_with or ServerError("engine failed")
             if self._step_delay:
                 await asyncio.sleep(self._step_delay)
-            if request.request_id in self.abort_calls:
+            if request_id in self.abort_calls:
                 done = [CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort") for i in sorted(running)]
                 yield GenerationChunk(completions=done, num_prompt_tokens=num_prompt_tokens, finished=True)
                 return

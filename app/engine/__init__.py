@@ -1,1 +1,2 @@
-"""The engine layer: model repository, vLLM wrapper, request translation, registry."""
+"""The vLLM adapter: the only package that imports vLLM. Engine lifecycle (`AsyncLLM`),
+neutral requests as `SamplingParams`/`LoRARequest`, model.json checks, `vllm:` metrics."""

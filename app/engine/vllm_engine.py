@@ -14,10 +14,11 @@ from vllm.lora.request import LoRARequest
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
-from app.engine.repository import ModelSpec
-from app.engine.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
-from app.errors import UNHEALTHY_MESSAGE, InvalidRequestError, ModelUnavailableError, ServerError
+from app.engine.sampling import to_sampling_params
+from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
+from app.repository.layout import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -103,34 +104,33 @@ class VllmEngine:
 
     async def check_health(self) -> None:
         if self._llm is None:
-            raise ModelUnavailableError(UNHEALTHY_MESSAGE)
+            raise EngineUnhealthyError()
         try:
             await self._llm.check_health()
         except Exception as exc:
-            raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+            raise EngineUnhealthyError() from exc
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         if self._llm is None:
-            raise ModelUnavailableError(UNHEALTHY_MESSAGE)
+            raise EngineUnhealthyError()
+        sampling_params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
         prompt: dict[str, Any] = {"prompt": request.prompt}
         if request.images:
             prompt["multi_modal_data"] = {"image": request.images}
         lora = None
         if request.lora is not None:
             lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
-        outputs = self._llm.generate(
-            prompt, request.sampling_params, request.request_id, lora_request=lora
-        )
+        outputs = self._llm.generate(prompt, sampling_params, request.request_id, lora_request=lora)
         try:
             async for output in outputs:
                 yield to_chunk(output)
         except EngineDeadError as exc:
-            raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+            raise EngineUnhealthyError() from exc
         except (VLLMClientError, ValueError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except Exception as exc:
             if self._llm is not None and self._llm.errored:
-                raise ModelUnavailableError(UNHEALTHY_MESSAGE) from exc
+                raise EngineUnhealthyError() from exc
             cause = exc.__cause__ or exc
             logger.exception("request %s failed in the engine", request.request_id)
             raise ServerError(f"Error generating stream: {cause}") from exc

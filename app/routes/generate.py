@@ -3,18 +3,19 @@ plus a GET `generate_stream` for browsers' `EventSource`."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from app.engine.generation import generate_response, prepare, stream_deltas
-from app.engine.registry import ModelRegistry, ServedModel
-from app.errors import InvalidRequestError, ServerError
-from app.routes.dependencies import generate_request_body, get_registry
+from app.errors import ServerError
+from app.repository.served_model import ServedModel
+from app.routes.dependencies import (
+    GenerateBody,
+    GenerationDep,
+    RegistryDep,
+    RequestLogDep,
+    SettingsDep,
+)
 from app.routes.openapi_examples import (
     ERROR_RESPONSES,
     EVENT_SOURCE_DESCRIPTION,
@@ -26,6 +27,7 @@ from app.routes.openapi_examples import (
     STREAM_RESPONSE,
 )
 from app.routes.query import generate_request_from_query, query_parameters_openapi
+from app.routes.responses import CLIENT_CLOSED_REQUEST, GenerationContext, open_responses
 from app.routes.sse import (
     EVENT_SOURCE_FRAMING,
     TRITON_FRAMING,
@@ -35,12 +37,15 @@ from app.routes.sse import (
     sse_frames,
 )
 from app.schemas.generate import GenerateRequest, GenerateResponse
+from app.triton.inputs import StreamPolicy
 
 router = APIRouter(tags=["generate"])
 
-T = TypeVar("T")
-CLIENT_CLOSED_REQUEST = 499
 QUERY_PARAMETERS = query_parameters_openapi(QUERY_EXAMPLES)
+ONE_RESPONSE = StreamPolicy(
+    default=False, refusal="stream: streaming is not supported by /generate; use /generate_stream"
+)
+STREAM = StreamPolicy(default=True)
 
 
 @router.post(
@@ -60,21 +65,19 @@ QUERY_PARAMETERS = query_parameters_openapi(QUERY_EXAMPLES)
 async def generate(
     model_name: str,
     request: Request,
+    body: GenerateBody,
+    registry: RegistryDep,
+    generation: GenerationDep,
+    log: RequestLogDep,
     model_version: str | None = None,
-    body: GenerateRequest = Depends(generate_request_body),
-    registry: ModelRegistry = Depends(get_registry),
 ) -> Response:
-    model = registry.get(model_name, model_version)
-    plan = prepare(body, model, stream_default=False, limits=request.app.state.limits)
-    if plan.stream:
-        raise InvalidRequestError(
-            "stream: streaming is not supported by /generate; use /generate_stream"
-        )
-    try:
-        result = await until_disconnect(request, generate_response(model, plan))
-    except ClientDisconnected:
+    context = GenerationContext(request, generation, log)
+    responses = await open_responses(context, registry.get(model_name, model_version), body, ONE_RESPONSE)
+    if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return JSONResponse(result)
+    first, rest = responses
+    await rest.aclose()
+    return JSONResponse(first)
 
 
 @router.post(
@@ -94,12 +97,17 @@ async def generate(
 async def generate_stream(
     model_name: str,
     request: Request,
+    body: GenerateBody,
+    registry: RegistryDep,
+    generation: GenerationDep,
+    log: RequestLogDep,
+    settings: SettingsDep,
     model_version: str | None = None,
-    body: GenerateRequest = Depends(generate_request_body),
-    registry: ModelRegistry = Depends(get_registry),
 ) -> Response:
     """Triton's `generate_stream`: one `data: {json}` event per engine step."""
-    return await open_stream(request, registry.get(model_name, model_version), body, TRITON_FRAMING)
+    context = GenerationContext(request, generation, log)
+    model = registry.get(model_name, model_version)
+    return await event_stream(context, model, body, TRITON_FRAMING, settings.sse_ping_seconds)
 
 
 @router.get(
@@ -111,10 +119,16 @@ async def generate_stream(
     openapi_extra={"parameters": QUERY_PARAMETERS},
 )
 async def generate_stream_get(
-    model_name: str, request: Request, registry: ModelRegistry = Depends(get_registry)
+    model_name: str,
+    request: Request,
+    registry: RegistryDep,
+    generation: GenerationDep,
+    log: RequestLogDep,
+    settings: SettingsDep,
 ) -> Response:
     """The same stream from query parameters, for `EventSource`."""
-    return await event_source_stream(request, registry, model_name, None)
+    context = GenerationContext(request, generation, log)
+    return await event_source_stream(context, registry, model_name, None, settings.sse_ping_seconds)
 
 
 @router.get(
@@ -129,77 +143,47 @@ async def generate_stream_get_version(
     model_name: str,
     model_version: str,
     request: Request,
-    registry: ModelRegistry = Depends(get_registry),
+    registry: RegistryDep,
+    generation: GenerationDep,
+    log: RequestLogDep,
+    settings: SettingsDep,
 ) -> Response:
     """The same stream of one model version from query parameters, for `EventSource`."""
-    return await event_source_stream(request, registry, model_name, model_version)
+    context = GenerationContext(request, generation, log)
+    return await event_source_stream(context, registry, model_name, model_version, settings.sse_ping_seconds)
 
 
 async def event_source_stream(
-    request: Request, registry: ModelRegistry, model_name: str, model_version: str | None
+    context: GenerationContext,
+    registry: RegistryDep,
+    model_name: str,
+    model_version: str | None,
+    ping_seconds: int,
 ) -> Response:
     """The POST stream built from the query string, ending with `event: end`. Errors before
     the first event are an `event: error` when Accept names `text/event-stream`
     (an `EventSource` cannot read a 4xx body) and a JSON error with its status otherwise."""
     try:
-        body = generate_request_from_query(request.query_params)
+        body = generate_request_from_query(context.request.query_params)
         model = registry.get(model_name, model_version)
-        return await open_stream(request, model, body, EVENT_SOURCE_FRAMING)
+        return await event_stream(context, model, body, EVENT_SOURCE_FRAMING, ping_seconds)
     except ServerError as exc:
-        if not accepts_event_stream(request):
+        if not accepts_event_stream(context.request):
             raise
         return error_event_stream(exc)
 
 
-async def open_stream(
-    request: Request, model: ServedModel, body: GenerateRequest, framing: Framing
+async def event_stream(
+    context: GenerationContext, model: ServedModel, body: GenerateRequest, framing: Framing, ping_seconds: int
 ) -> Response:
-    """Validate, start the engine request and wait for its first event, so that errors
-    before it are answered with their status; then stream the rest."""
-    plan = prepare(body, model, stream_default=True, limits=request.app.state.limits)
-    events = stream_deltas(model, plan)
-    try:
-        first = await until_disconnect(request, anext(events))
-    except ClientDisconnected:
-        await events.aclose()
+    """Errors before the first event are answered with their status; then the stream."""
+    responses = await open_responses(context, model, body, STREAM)
+    if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    except BaseException:
-        await events.aclose()
-        raise
-    return EventStream(
-        sse_frames(first, events, framing),
-        sep="\n",
-        ping=request.app.state.settings.sse_ping_seconds,
-    )
+    first, rest = responses
+    return EventStream(sse_frames(first, rest, framing), sep="\n", ping=ping_seconds)
 
 
 def accepts_event_stream(request: Request) -> bool:
     """True for an `EventSource` (it always sends `Accept: text/event-stream`)."""
     return "text/event-stream" in request.headers.get("accept", "")
-
-
-class ClientDisconnected(Exception):
-    """The client went away before the response was ready."""
-
-
-async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`, cancelling it (and so aborting its engine request) if the client leaves."""
-    work = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(wait_for_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if work in done:
-            return work.result()
-        work.cancel()
-        await asyncio.gather(work, return_exceptions=True)
-        raise ClientDisconnected()
-    finally:
-        watcher.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-
-
-async def wait_for_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

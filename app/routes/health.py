@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.engine.registry import ModelRegistry
-from app.routes.dependencies import get_registry
+from app.routes.dependencies import RegistryDep
 from app.routes.openapi_examples import READY_RESPONSES
 
 router = APIRouter(tags=["health"])
@@ -28,6 +27,6 @@ async def live() -> Response:
     response_class=Response,
     responses=READY_RESPONSES,
 )
-async def ready(registry: ModelRegistry = Depends(get_registry)) -> Response:
+async def ready(registry: RegistryDep) -> Response:
     all_ready = all(model.is_ready for model in registry)
     return Response(status_code=200 if all_ready else 503)

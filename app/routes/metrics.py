@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.routes.dependencies import RuntimeDep
 from app.routes.openapi_examples import METRICS_RESPONSE
 
 router = APIRouter(tags=["metrics"])
@@ -14,5 +15,5 @@ router = APIRouter(tags=["metrics"])
 @router.get(
     "/metrics", summary="Prometheus metrics", response_class=Response, responses={200: METRICS_RESPONSE}
 )
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(runtime: RuntimeDep) -> Response:
+    return Response(generate_latest(runtime.metrics_registry), media_type=CONTENT_TYPE_LATEST)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 import app as package
-from app.engine.registry import ModelRegistry
-from app.engine.triton_config import config_json, metadata_json
-from app.routes.dependencies import get_registry
+from app.routes.dependencies import RegistryDep
 from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
+from app.triton.model_config import config_json, metadata_json
 
 router = APIRouter(tags=["models"])
 
@@ -35,7 +34,7 @@ async def server_metadata() -> dict[str, Any]:
     responses=NOT_FOUND,
 )
 async def model_metadata(
-    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+    model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> dict[str, Any]:
     served = registry.get(model_name, model_version)
     versions = [v.version for v in registry.versions(model_name)]
@@ -55,7 +54,7 @@ async def model_metadata(
     response_class=Response,
 )
 async def model_ready(
-    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+    model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> Response:
     served = registry.get(model_name, model_version)
     return Response(status_code=200 if served.is_ready else 503)
@@ -72,6 +71,6 @@ async def model_ready(
     responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
 )
 async def model_config(
-    model_name: str, model_version: str | None = None, registry: ModelRegistry = Depends(get_registry)
+    model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> dict[str, Any]:
     return config_json(registry.get(model_name, model_version).spec)

@@ -17,17 +17,17 @@ Rules (the same schema as the POST body, read from strings):
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 from functools import cache
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.datastructures import QueryParams
 
-from app.errors import InvalidRequestError, format_validation_errors
+from app.errors import InvalidRequestError, did_you_mean
 from app.schemas.generate import GenerateRequest, SamplingParameters
+from app.schemas.validation import validate_data
 
 API_KEY_PARAMETER = "api_key"
 EVENT_SOURCE_PATH = re.compile(r"/v2/models/[^/]+(?:/versions/[^/]+)?/generate_stream")
@@ -46,10 +46,7 @@ def generate_request_from_query(query: QueryParams) -> GenerateRequest:
         check_known(key)
         values = query.getlist(key)
         data[key] = values if len(values) > 1 or key in lists else values[0]
-    try:
-        return GenerateRequest.model_validate(data, strict=False)
-    except ValidationError as exc:
-        raise InvalidRequestError(format_validation_errors(exc.errors())) from exc
+    return validate_data(GenerateRequest, data, strict=False)
 
 
 @cache
@@ -61,10 +58,9 @@ def query_fields() -> frozenset[str]:
 def check_known(key: str) -> None:
     if key in query_fields():
         return
-    hint = difflib.get_close_matches(key, sorted(query_fields()), n=1)
-    guess = f" (did you mean '{hint[0]}'?)" if hint else ""
     raise InvalidRequestError(
-        f"{key}: unknown query parameter{guess}; other vLLM parameters go in sampling_parameters (a JSON object)"
+        f"{key}: unknown query parameter{did_you_mean(key, sorted(query_fields()))}; "
+        "other vLLM parameters go in sampling_parameters (a JSON object)"
     )
 
 

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from app.engine.registry import ModelRegistry
 from app.errors import ModelConfigError, ModelLoadError, ServerError
-from app.routes.dependencies import get_registry, optional_json_body
+from app.routes.dependencies import RegistryDep, optional_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["models"])
+
+IndexBody = Annotated[RepositoryIndexRequest | None, Depends(optional_json_body(RepositoryIndexRequest))]
+ControlBody = Annotated[ModelControlRequest | None, Depends(optional_json_body(ModelControlRequest))]
 
 LOAD_ERRORS = {
     400: error_response("The model could not be loaded", "load failed for model 'smollm2': ...")
@@ -30,8 +33,8 @@ UNLOAD_ERRORS = {404: error_response("Model not loaded", "Request for unknown mo
     openapi_extra=INDEX_REQUEST_BODY,
 )
 async def repository_index(
-    body: RepositoryIndexRequest | None = Depends(optional_json_body(RepositoryIndexRequest)),
-    registry: ModelRegistry = Depends(get_registry),
+    registry: RegistryDep,
+    body: IndexBody,
 ) -> list[RepositoryIndexEntry]:
     entries = [
         RepositoryIndexEntry(
@@ -52,8 +55,8 @@ async def repository_index(
 )
 async def load_model(
     model_name: str,
-    body: ModelControlRequest | None = Depends(optional_json_body(ModelControlRequest)),
-    registry: ModelRegistry = Depends(get_registry),
+    registry: RegistryDep,
+    body: ControlBody,
 ) -> Response:
     try:
         await registry.load(model_name)
@@ -75,8 +78,8 @@ async def load_model(
 )
 async def unload_model(
     model_name: str,
-    body: ModelControlRequest | None = Depends(optional_json_body(ModelControlRequest)),
-    registry: ModelRegistry = Depends(get_registry),
+    registry: RegistryDep,
+    body: ControlBody,
 ) -> Response:
     await registry.unload(model_name)
     return Response(status_code=200)

@@ -11,7 +11,8 @@ from typing import Any
 from sse_starlette import EventSourceResponse
 from starlette.types import Message, Send
 
-from app.errors import ServerError, error_body
+from app.errors import ServerError
+from app.http.errors import error_body
 
 logger = logging.getLogger(__name__)
 

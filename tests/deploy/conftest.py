@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.settings import PROJECT_ROOT
+from app.paths import PROJECT_ROOT
 
 CHART = PROJECT_ROOT / "charts" / "triton-vllm-generate"
 EXAMPLES = CHART / "examples"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.settings import PROJECT_ROOT
+from app.paths import PROJECT_ROOT
 from tests.deploy.conftest import CHART, DOCKER, tool
 
 DOCKERFILES = {"gpu": DOCKER / "Dockerfile", "cpu": DOCKER / "Dockerfile.cpu"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.repository import load_repository, read_config
-from app.settings import PROJECT_ROOT
+from app.paths import PROJECT_ROOT
+from app.repository.layout import load_repository, read_config
 from tests.deploy.conftest import CASES, model_repository_files, render
 
 

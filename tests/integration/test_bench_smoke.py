@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench.__main__ import main
-from tests.integration.conftest import RunningServer
+from tests.support.servers import RunningServer
 
 
 def test_bench_runs_target_ours_against_a_running_server(

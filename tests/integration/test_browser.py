@@ -22,10 +22,11 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import write_model
 from tests.doubles import FakeEngine
-from tests.integration.conftest import ARTIFACTS, RunningServer, free_port
 from tests.integration.test_metrics_and_health import scrape
+from tests.support.asgi import free_port
+from tests.support.repository import write_model
+from tests.support.servers import ARTIFACTS, RunningServer
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]

@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import httpx
 import pytest
 
+from tests.support.sse import stream_events
+
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
 PROMPT = "What is Triton Inference Server?"
-
-
-def stream_events(http: httpx.Client, body: dict) -> list[tuple[float, dict]]:
-    """(arrival time, event) for every `data:` frame of a generate_stream response."""
-    events = []
-    with http.stream("POST", STREAM, json=body) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                events.append((time.monotonic(), json.loads(line.removeprefix("data: "))))
-    return events
 
 
 def test_readme_curl_answers_in_english_after_the_prompt(http: httpx.Client) -> None:
@@ -44,7 +33,7 @@ def test_temperature_zero_is_deterministic(http: httpx.Client) -> None:
 
 
 def test_stream_sends_several_events_as_tokens_arrive(http: httpx.Client) -> None:
-    events = stream_events(http, {"text_input": "Tell me about the sea.", "parameters": {"max_tokens": 32, "ignore_eos": True}})
+    events = stream_events(http, STREAM, {"text_input": "Tell me about the sea.", "parameters": {"max_tokens": 32, "ignore_eos": True}})
     assert len(events) >= 8
     assert events[-1][0] - events[0][0] > 0.05, "events arrived together, not as generated"
 
@@ -52,7 +41,7 @@ def test_stream_sends_several_events_as_tokens_arrive(http: httpx.Client) -> Non
 def test_stream_deltas_concatenate_to_the_non_stream_text(http: httpx.Client) -> None:
     params = {"temperature": 0, "max_tokens": 40}
     whole = http.post(GENERATE, json={"text_input": PROMPT, "exclude_input_in_output": True, "parameters": params}).json()
-    events = stream_events(http, {"text_input": PROMPT, "parameters": params})
+    events = stream_events(http, STREAM, {"text_input": PROMPT, "parameters": params})
     assert "".join(e["text_output"] for _, e in events) == whole["text_output"]
     assert all("error" not in e for _, e in events)
 
@@ -79,7 +68,7 @@ def test_max_tokens_and_every_additional_output(http: httpx.Client) -> None:
     sampled = sum(max(p["logprob"] for p in position.values()) for position in logprobs)
     assert result["cumulative_logprob"] == pytest.approx(sampled, abs=1e-3)
 
-    events = [e for _, e in stream_events(http, {**body, "exclude_input_in_output": True})]
+    events = [e for _, e in stream_events(http, STREAM, {**body, "exclude_input_in_output": True})]
     assert sum(e["num_output_tokens"] for e in events) == 7
     assert [e["finish_reason"] for e in events][-1] == "length"
     assert all(e["finish_reason"] is None for e in events[:-1])
@@ -103,7 +92,7 @@ def test_n_two_returns_two_completions(http: httpx.Client) -> None:
     result = http.post(GENERATE, json=body).json()
     assert len(result["text_output"]) == 2 and all(t.startswith(PROMPT) for t in result["text_output"])
     assert result["num_output_tokens"] == [8, 8] and result["finish_reason"] == ["length", "length"]
-    events = [e for _, e in stream_events(http, body)]
+    events = [e for _, e in stream_events(http, STREAM, body)]
     assert all(len(e["text_output"]) == 2 for e in events)
     assert [sum(e["num_output_tokens"][i] for e in events) for i in (0, 1)] == [8, 8]
 

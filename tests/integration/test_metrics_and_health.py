@@ -13,7 +13,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import RunningServer, free_port, start_server
+from tests.support.asgi import free_port
+from tests.support.servers import RunningServer, start_server
 
 GENERATE = "/v2/models/smollm2/generate"
 LABELS = {"model": "smollm2", "version": "1"}

@@ -7,14 +7,14 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
 
 import httpx
 import psutil
 import pytest
 
-from tests.integration.conftest import RunningServer, start_server
 from tests.integration.test_metrics_and_health import scrape
+from tests.support.servers import RunningServer, start_server
+from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
@@ -26,15 +26,6 @@ def load(http: httpx.Client) -> tuple[float, float]:
     """(requests this server holds, requests the engine holds) for smollm2."""
     values = scrape(http)
     return values["server_requests_in_flight"], values["server_engine_requests_unfinished"]
-
-
-def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def rss_mib(server: RunningServer) -> float:

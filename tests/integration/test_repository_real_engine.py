@@ -19,8 +19,8 @@ import psutil
 import pytest
 import tritonclient.http as triton_http
 
-from app.settings import PROJECT_ROOT
-from tests.integration.conftest import RunningServer, start_server
+from app.paths import PROJECT_ROOT
+from tests.support.servers import RunningServer, start_server
 
 MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 PROMPT = "What is Triton Inference Server?"

@@ -3,45 +3,25 @@ same validation as POST, named `end`/`error` events, versions, abort on disconne
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from app.errors import ServerError
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import write_model
 from tests.doubles import FakeEngine
+from tests.support.asgi import call_and_disconnect
+from tests.support.repository import write_model
+from tests.support.sse import named_events
+from tests.support.waiting import eventually
 
 STREAM = "/v2/models/fake/generate_stream"
 EVENT_SOURCE = {"accept": "text/event-stream"}
-
-
-def named_events(response: httpx.Response) -> list[tuple[str, dict]]:
-    """(event name, JSON data) of every frame, as an EventSource dispatches them."""
-    assert response.headers["content-type"].startswith("text/event-stream")
-    events = []
-    for frame in response.text.split("\n\n"):
-        lines = [line for line in frame.split("\n") if line and not line.startswith(":")]
-        if not lines:
-            continue
-        name = "message"
-        data = []
-        for line in lines:
-            field, _, value = line.partition(": ")
-            if field == "event":
-                name = value
-            else:
-                assert field == "data", frame
-                data.append(value)
-        events.append((name, json.loads("\n".join(data))))
-    return events
 
 
 def test_get_streams_the_post_events_then_end(client: TestClient) -> None:
@@ -176,38 +156,12 @@ async def test_closing_the_event_source_aborts_the_engine_request(repository: Pa
     engine = FakeEngine(step_delay=0.05)
     app = create_app(Settings(model_repository=repository), engine_factory=lambda spec: engine)
     async with app.router.lifespan_context(app):
-        sent = await get_and_disconnect(app, STREAM, b"text_input=x&max_tokens=1000")
-        for _ in range(50):
-            if not engine.active:
-                break
-            await asyncio.sleep(0.02)
+        sent = await call_and_disconnect(
+            app, "GET", STREAM, query=b"text_input=x&max_tokens=1000", headers=[(b"accept", b"text/event-stream")]
+        )
+        await eventually(lambda: not engine.active)
     assert not engine.active and len(engine.aborted) == 1
     assert sent[0]["status"] == 200 and any(b"data: " in m.get("body", b"") for m in sent[1:])
-
-
-async def get_and_disconnect(app, path: str, query: bytes) -> list[dict]:
-    """Drive the ASGI app as an EventSource would: GET, read for 0.3 s, then go away."""
-    disconnect = asyncio.Event()
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        await disconnect.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
-        "headers": [(b"accept", b"text/event-stream")], "client": ("test", 1), "server": ("test", 80),
-        "root_path": "", "app": app,
-    }
-    task = asyncio.create_task(app(scope, receive, send))
-    await asyncio.sleep(0.3)
-    disconnect.set()
-    await asyncio.wait_for(task, timeout=5)
-    return sent
 
 
 def test_api_key_in_the_query_only_for_the_get_stream(make_client: Callable[..., TestClient]) -> None:

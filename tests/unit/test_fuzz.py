@@ -12,17 +12,17 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     negative_data_rejection,
     response_schema_conformance,
 )
-from schemathesis.checks import not_a_server_error
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import write_model
 from tests.doubles import FakeEngine
+from tests.support.repository import write_model
 
 
 def fuzz_app(root: Path):

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from app.errors import InvalidRequestError, ServerError
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import write_model
 from tests.doubles import FakeEngine
+from tests.support.asgi import call_and_disconnect
+from tests.support.repository import write_model
+from tests.support.sse import sse_events
+from tests.support.waiting import eventually
 
-
-def sse_events(response: httpx.Response) -> list[dict]:
-    """Parse `data:` frames strictly as Triton writes them: `data: {json}\\n\\n`."""
-    assert response.headers["content-type"].startswith("text/event-stream")
-    frames = [f for f in response.text.split("\n\n") if f.strip() and not f.startswith(":")]
-    assert all(f.startswith("data: ") and "\n" not in f for f in frames), frames
-    return [json.loads(f.removeprefix("data: ")) for f in frames]
+JSON = [(b"content-type", b"application/json")]
 
 
 @pytest.mark.parametrize("path", ["/v2/models/fake/generate", "/v2/models/fake/versions/1/generate"])
@@ -187,36 +182,7 @@ async def test_client_disconnect_aborts_the_engine_request(repository: Path) -> 
     body = {"text_input": "x", "parameters": {"max_tokens": 1000}}
     async with app.router.lifespan_context(app):
         for route in ("generate", "generate_stream"):
-            await run_and_disconnect(app, f"/v2/models/fake/{route}", json.dumps(body).encode())
-            for _ in range(50):
-                if not engine.active:
-                    break
-                await asyncio.sleep(0.02)
+            await call_and_disconnect(app, "POST", f"/v2/models/fake/{route}", body=json.dumps(body).encode(), headers=JSON)
+            await eventually(lambda: not engine.active)
             assert not engine.active, route
     assert len(engine.aborted) == 2
-
-
-async def run_and_disconnect(app, path: str, body: bytes) -> None:
-    """Drive the ASGI app by hand: send the body, let it run 0.3 s, then disconnect."""
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    disconnect = asyncio.Event()
-
-    async def receive() -> dict:
-        if messages:
-            return messages.pop(0)
-        await disconnect.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        pass
-
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "headers": [(b"content-type", b"application/json")], "client": ("test", 1), "server": ("test", 80),
-        "root_path": "", "app": app,
-    }
-    task = asyncio.create_task(app(scope, receive, send))
-    await asyncio.sleep(0.3)
-    disconnect.set()
-    await asyncio.wait_for(task, timeout=5)

@@ -16,8 +16,8 @@ from tritonclient.utils import InferenceServerException
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import write_model
 from tests.doubles import FakeEngine
+from tests.support.repository import write_model
 
 TWO_VERSIONS = 'version_policy: { all { } }\nparameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }'
 

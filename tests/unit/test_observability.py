@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.access_log import configure_logging
-from tests.conftest import write_model
+from app.observability.access_log import configure_logging
 from tests.doubles import FakeEngine
+from tests.support.repository import write_model
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -115,6 +115,6 @@ def test_load_gauges_report_admitted_and_engine_held_requests(client: TestClient
         }
 
     assert gauges() == {"server_requests_in_flight": 0, "server_engine_requests_unfinished": 0}
-    client.app.state.registry.get("fake").in_flight.update({"a": False, "b": False})
+    client.app.state.runtime.registry.get("fake").in_flight.update({"a": False, "b": False})
     engine.active.add("a")
     assert gauges() == {"server_requests_in_flight": 2, "server_engine_requests_unfinished": 1}

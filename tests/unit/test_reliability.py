@@ -12,9 +12,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.engine.registry import ModelRegistry
-from tests.conftest import write_model
+from app.core.service import GenerationService
+from app.errors import ServerError
+from app.http.errors import http_status
+from app.repository.registry import ModelRegistry
+from app.schemas.generate import GenerateRequest
+from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.outputs import ResponseBuilder
 from tests.doubles import FakeEngine
+from tests.support.repository import write_model
+from tests.support.waiting import wait_until
 
 SLOW = {"text_input": "x", "parameters": {"max_tokens": 40}}
 
@@ -30,11 +37,12 @@ def in_background(client: TestClient, path: str, body: dict) -> tuple[threading.
     return thread, result
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+class AnsweredError(Exception):
+    """An error with the HTTP status the server answers it with."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 def test_overload_answers_503_with_retry_after_at_once(make_client: Callable[..., TestClient]) -> None:
@@ -93,18 +101,18 @@ async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Pa
     engine = FakeEngine(step_delay=0.01)
     registry = ModelRegistry(repository, lambda spec: engine, drain_timeout=0.3)
     await registry.start()
-    from app.engine.generation import generate_response, prepare
-    from app.engine.translate import RequestLimits
-    from app.schemas.generate import GenerateRequest
-
     model = registry.get("fake")
 
     async def run(max_tokens: int) -> object:
+        """The /generate response for `max_tokens`, or the error as HTTP would answer it."""
         body = GenerateRequest.model_validate({"text_input": "x", "parameters": {"max_tokens": max_tokens}})
+        request = triton_request(body, model, StreamPolicy(default=False))
         try:
-            return await generate_response(model, prepare(body, model, False, RequestLimits()))
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            return exc
+            async for chunk in GenerationService().generate(model, request.generation):
+                return ResponseBuilder(request, model.name, model.version).build(chunk)
+        except ServerError as exc:
+            return AnsweredError(http_status(exc), exc.message)
+        return None
 
     short, long = asyncio.create_task(run(10)), asyncio.create_task(run(2_000))
     await asyncio.sleep(0.05)

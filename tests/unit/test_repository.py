@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.repository import load_repository
+from app.engine.engine_args import vllm_engine_args
 from app.errors import ModelConfigError
-from app.settings import PROJECT_ROOT
-from tests.conftest import write_model
+from app.paths import PROJECT_ROOT
+from app.repository.layout import load_repository
+from tests.support.repository import write_model
 
 
 def test_default_repository_serves_smollm2() -> None:
@@ -23,7 +24,7 @@ def test_default_repository_serves_smollm2() -> None:
 def test_unknown_engine_argument_is_a_clear_start_up_error(tmp_path: Path) -> None:
     write_model(tmp_path, "m", model="x", max_model_length=5)
     with pytest.raises(ModelConfigError, match=r"unknown vLLM engine arguments: 'max_model_length' \(did you mean 'max_model_len'\?\)"):
-        load_repository(tmp_path)
+        load_repository(tmp_path, check_engine_args=vllm_engine_args)
 
 
 def test_model_path_relative_to_model_json_folder(tmp_path: Path) -> None:

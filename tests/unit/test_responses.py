@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.engine.registry import ModelState, ServedModel
-from app.engine.repository import ModelSpec
-from app.engine.responses import ResponseBuilder, merge_chunks
-from app.engine.translate import plan_generation
-from app.engine.types import CompletionDelta, GenerationChunk
+from app.core.chunks import merge_chunks
+from app.core.types import CompletionDelta, GenerationChunk
+from app.repository.layout import ModelSpec
+from app.repository.served_model import ModelState, ServedModel
 from app.schemas.generate import GenerateRequest
+from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.outputs import ResponseBuilder
 from tests.doubles import FakeEngine
 
 ALL_OUTPUTS = {
@@ -25,8 +26,8 @@ ALL_OUTPUTS = {
 def builder(body: dict, stream: bool) -> ResponseBuilder:
     spec = ModelSpec(name="m", version="2", version_path=Path("."), engine_args={})
     model = ServedModel(spec=spec, engine=FakeEngine(), state=ModelState.READY)
-    plan = plan_generation(GenerateRequest.model_validate(body), model, stream_default=stream)
-    return ResponseBuilder(plan, "m", "2")
+    request = triton_request(GenerateRequest.model_validate(body), model, StreamPolicy(default=stream))
+    return ResponseBuilder(request, "m", "2")
 
 
 def delta(index: int, text: str, finish: str | None = None, cumulative: float | None = None) -> CompletionDelta:
@@ -45,7 +46,7 @@ def test_stream_responses_carry_only_new_text() -> None:
 def test_prompt_is_prepended_to_the_first_response_only() -> None:
     build = builder({"text_input": "Q:", "stream": True, "exclude_input_in_output": True}, stream=True)
     assert build.build(GenerationChunk([delta(0, "a")], 1, False))["text_output"] == "a"
-    final = builder({"text_input": "Q:"}, stream=False).build_final([GenerationChunk([delta(0, " A")], 1, True)])
+    final = builder({"text_input": "Q:"}, stream=False).build(merge_chunks([GenerationChunk([delta(0, " A")], 1, True)], 1))
     assert final["text_output"] == "Q: A"
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.errors import format_validation_errors
 from app.schemas.generate import GenerateRequest, SamplingParameters
+from app.schemas.validation import format_validation_errors
 
 
 def errors_of(raw: str) -> str:

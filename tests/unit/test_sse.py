@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from app.routes.sse import data_frame
-from app.routes.sse import EventStream
+from app.routes.sse import EventStream, data_frame
 
 
 async def collect(response: EventStream) -> list[bytes]:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from vllm.sampling_params import RequestOutputKind
 
-from app.engine.registry import ModelState, ServedModel
-from app.engine.repository import ModelSpec
-from app.engine.translate import plan_generation
+from app.core.service import GenerationService
 from app.errors import InvalidRequestError
+from app.repository.layout import ModelSpec
+from app.repository.served_model import ModelState, ServedModel
 from app.schemas.generate import GenerateRequest
-from tests.doubles import FakeEngine
+from app.triton.inputs import StreamPolicy, triton_request
+from tests.doubles import FakeEngine, ReceivedRequest
 
 
 def served(loras: dict[str, Path] | None = None, images: bool = False, chat: bool = False) -> ServedModel:
@@ -26,8 +29,30 @@ def served(loras: dict[str, Path] | None = None, images: bool = False, chat: boo
     return ServedModel(spec=spec, engine=FakeEngine(supports_images=images), state=ModelState.READY)
 
 
-def plan(body: dict, stream: bool = False, model: ServedModel | None = None):
-    return plan_generation(GenerateRequest.model_validate(body), model or served(), stream_default=stream)
+@dataclass
+class Plan:
+    engine_request: ReceivedRequest
+    stream: bool
+    prepend_input: bool
+    logprobs_requested: bool
+
+
+def plan(body: dict, stream: bool = False, model: ServedModel | None = None) -> Plan:
+    """Read `body` as the backend does, run it through the core to the engine double, and
+    show what the engine received."""
+    model = model or served()
+    triton = triton_request(GenerateRequest.model_validate(body), model, StreamPolicy(default=stream))
+
+    async def start() -> None:
+        outputs = GenerationService().generate(model, triton.generation)
+        try:
+            await anext(outputs)
+        finally:
+            await outputs.aclose()
+
+    asyncio.run(start())
+    engine_request = model.engine.requests[-1]
+    return Plan(engine_request, triton.stream, triton.prepend_input, triton.logprobs_requested)
 
 
 def test_parameters_become_sampling_params() -> None:

@@ -8,7 +8,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
-from app.engine.repository import ModelSpec
+from app.repository.layout import ModelSpec
 
 BACKEND = "vllm"
 STRING, BOOL = "TYPE_STRING", "TYPE_BOOL"

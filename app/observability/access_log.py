@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-REQUEST_ID_HEADER = "x-request-id"
 logger = logging.getLogger("app.access")
 
 
 @dataclass
 class RequestLog:
-    """What the access log says of one request; the generate service fills in the model part."""
+    """What the access log says of one request: the frontend fills in the model part, the
+    generation service counts the tokens (it is a `GenerationObserver`)."""
 
     request_id: str
     method: str
@@ -62,50 +59,12 @@ class RequestLog:
         return data
 
 
-current_request: contextvars.ContextVar[RequestLog | None] = contextvars.ContextVar(
-    "current_request", default=None
-)
-
-
-class AccessLogMiddleware:
-    """Pure ASGI middleware (streaming-safe): request id in and out, one log line at the end."""
-
-    def __init__(self, app: ASGIApp, log_prompts: bool = False) -> None:
-        self.app = app
-        self.log_prompts = log_prompts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = request_id_from(scope) or uuid.uuid4().hex
-        record = RequestLog(request_id=request_id, method=scope["method"], path=scope["path"])
-        token = current_request.set(record)
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                record.status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            current_request.reset(token)
-            if not self.log_prompts:
-                record.prompt = None
-            fields = record.fields()
-            logger.info(format_plain(fields), extra={"access": fields})
-
-
-def request_id_from(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == REQUEST_ID_HEADER.encode():
-            text = value.decode("latin-1").strip()
-            return text[:128] if text else None
-    return None
+def write_access_log(record: RequestLog, log_prompts: bool) -> None:
+    """The request's one access-log line (its fields as JSON keys with `LOG_FORMAT=json`)."""
+    if not log_prompts:
+        record.prompt = None
+    fields = record.fields()
+    logger.info(format_plain(fields), extra={"access": fields})
 
 
 def format_plain(data: dict[str, Any]) -> str:

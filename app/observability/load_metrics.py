@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.engine.registry import ModelRegistry
-
-LABELS = ("model", "version")
+from app.observability.labels import MODEL_LABELS as LABELS
+from app.repository.registry import ModelRegistry
 
 
 class ModelLoadCollector(Collector):

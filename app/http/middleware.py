@@ -9,11 +9,8 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import ServerError, UnauthorizedError, error_response
-
-
-class PayloadTooLargeError(ServerError):
-    status_code = 413
+from app.errors import PayloadTooLargeError, UnauthorizedError
+from app.http.errors import error_response
 
 
 class BodySizeLimitMiddleware:

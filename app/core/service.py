@@ -1,0 +1,95 @@
+"""The generation service: every frontend's one call into the engines."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+
+from app.core.chunks import merge_chunks
+from app.core.limits import RequestLimits, check_request
+from app.core.types import GenerationChunk, GenerationObserver, GenerationRequest, ServingModel
+from app.errors import RequestTimeoutError
+
+
+class GenerationService:
+    """Admits a neutral request to a model, runs it on the model's engine and yields its
+    outputs: a delta chunk per engine step when `request.stream`, else exactly one chunk
+    with the whole output. Frontends only format what it yields."""
+
+    def __init__(self, limits: RequestLimits | None = None, timeout_seconds: float | None = None) -> None:
+        self.limits = limits or RequestLimits()
+        self.timeout_seconds = timeout_seconds
+
+    def generate(
+        self,
+        model: ServingModel,
+        request: GenerationRequest,
+        observer: GenerationObserver | None = None,
+    ) -> AsyncIterator[GenerationChunk]:
+        """Errors before the first chunk (admission, limits, the engine refusing a parameter)
+        are raised from the first `anext`; closing the iterator aborts the engine request."""
+        run = self._stream if request.stream else self._one_response
+        return run(model, request, observer)
+
+    async def _stream(
+        self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
+    ) -> AsyncIterator[GenerationChunk]:
+        async with model.admit(request.request_id):
+            chunks = self._start(model, request)
+            try:
+                async for chunk in chunks:
+                    if observer is not None:
+                        observe(observer, chunk)
+                    yield chunk
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _one_response(
+        self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
+    ) -> AsyncIterator[GenerationChunk]:
+        async with model.admit(request.request_id):
+            chunks = self._start(model, request)
+            collected = []
+            try:
+                async for chunk in chunks:
+                    if observer is not None:
+                        observe(observer, chunk)
+                    collected.append(chunk)
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
+        yield merge_chunks(collected, request.n)  # after admission: an aborted request raises there
+
+    def _start(self, model: ServingModel, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Check the admitted request against the limits and the engine, then start it."""
+        check_request(request, model, self.limits)
+        engine = model.engine
+        if request.chat_template:
+            prompt = engine.render_chat_prompt(request.prompt)
+            request = dataclasses.replace(request, prompt=prompt, chat_template=False)
+        chunks = engine.generate(request)
+        if self.timeout_seconds is not None:
+            chunks = with_deadline(chunks, self.timeout_seconds)
+        return chunks
+
+
+async def with_deadline(chunks: AsyncIterator[GenerationChunk], seconds: float) -> AsyncIterator[GenerationChunk]:
+    """Abort (by closing the engine iterator) when the request runs past `seconds`."""
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                chunk = await asyncio.wait_for(anext(chunks), max(remaining, 0))
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise RequestTimeoutError(f"Request timed out after {seconds:g} s and was aborted") from None
+            yield chunk
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def observe(observer: GenerationObserver, chunk: GenerationChunk) -> None:
+    observer.record_chunk(chunk.num_prompt_tokens, sum(c.num_tokens for c in chunk.completions))

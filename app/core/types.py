@@ -1,0 +1,136 @@
+"""Protocol-neutral data of one generation, and the interfaces the core runs it through."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+TokenLogprobs = dict[int, dict[str, Any]]
+"""One generated position: token id -> {"logprob", "rank", "decoded_token"}."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoraAdapter:
+    """A LoRA adapter of a model: its name, the engine's integer id for it, and its folder."""
+
+    name: str
+    int_id: int
+    path: Path
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """One request as every frontend hands it to the core.
+
+    `sampling` holds vLLM `SamplingParams` field values as the client gave them (types
+    checked by the frontend's schema); the engine adapter validates them as a whole.
+    `stream` is the one place the "deltas or one response" choice is made.
+    """
+
+    request_id: str
+    prompt: str
+    sampling: dict[str, Any]
+    stream: bool
+    chat_template: bool = False
+    """Wrap `prompt` as one user turn in the model's chat template before generating."""
+    images: list[Any] = field(default_factory=list)
+    lora: LoraAdapter | None = None
+    parameters_field: str = "parameters"
+    """Where the client put `sampling`, so that errors name the field as the client wrote it."""
+
+    @property
+    def n(self) -> int:
+        return int(self.sampling.get("n") or 1)
+
+
+@dataclass(slots=True)
+class CompletionDelta:
+    """What one of the `n` completions produced since the previous chunk."""
+
+    index: int
+    text: str
+    num_tokens: int
+    cumulative_logprob: float | None = None
+    logprobs: list[TokenLogprobs] | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class GenerationChunk:
+    """One step of a request's output: the completions that changed in it."""
+
+    completions: list[CompletionDelta]
+    num_prompt_tokens: int
+    finished: bool
+
+
+class InferenceEngine(Protocol):
+    """What the server needs from an engine; the vLLM adapter and test doubles implement it.
+
+    Nothing here assumes the engine runs in this process.
+    """
+
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Yield delta chunks (`request.stream`) or a single final chunk until the request
+        finishes. Raises `InvalidRequestError` (naming the field) for parameters the engine
+        rejects, before the first chunk. Closing the iterator early aborts the request."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """End a running request; its `generate` iterator finishes with reason "abort"."""
+        ...
+
+    async def check_health(self) -> None:
+        """Raise `EngineUnhealthyError` when the engine cannot serve."""
+        ...
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        """Requests the engine still holds (running or queued)."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's context length in tokens (prompt plus output)."""
+        ...
+
+    @property
+    def is_healthy(self) -> bool: ...
+
+    @property
+    def supports_images(self) -> bool: ...
+
+    def render_chat_prompt(self, text: str) -> str:
+        """Wrap `text` as one user turn with the model's chat template."""
+        ...
+
+
+class ServingModel(Protocol):
+    """A model version as the core sees it: a name, an engine, and admission of requests."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def engine(self) -> InferenceEngine: ...
+
+    def admit(self, request_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold a place for one request while it runs, or raise why it cannot run now
+        (`ModelUnavailableError`, `OverloadedError`, `EngineUnhealthyError`)."""
+        ...
+
+
+class GenerationObserver(Protocol):
+    """Told of each chunk a request produces (access logs, statistics): O(1) per call."""
+
+    def record_chunk(self, num_prompt_tokens: int, num_new_tokens: int) -> None: ...

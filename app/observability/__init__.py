@@ -1,0 +1,1 @@
+"""Logs and metrics every frontend shares: access-log records, log set-up, load gauges."""

@@ -1,0 +1,91 @@
+"""One path for every generate route: the request as the backend reads it, the core's
+outputs as the backend's responses, the first one awaited while watching the client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from app.core.service import GenerationService
+from app.core.types import GenerationChunk
+from app.observability.access_log import RequestLog
+from app.repository.served_model import ServedModel
+from app.schemas.generate import GenerateRequest
+from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.outputs import ResponseBuilder
+
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499
+Responses = AsyncIterator[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationContext:
+    """What a generate route brings to every request: the HTTP request (to watch for a
+    disconnect), the generation service and the request's access-log record."""
+
+    request: Request
+    generation: GenerationService
+    log: RequestLog | None
+
+
+async def open_responses(
+    context: GenerationContext, model: ServedModel, body: GenerateRequest, policy: StreamPolicy
+) -> tuple[dict[str, Any], Responses] | None:
+    """Validate, start the engine request and wait for its first response, so that errors
+    before it are raised (and answered with their status); None when the client left first.
+    Returns the first response and the rest (one response only when not streaming)."""
+    if context.log is not None:
+        context.log.model, context.log.version, context.log.prompt = model.name, model.version, body.text_input
+    triton = triton_request(body, model, policy)
+    builder = ResponseBuilder(triton, model.name, model.version)
+    responses = built(builder, context.generation.generate(model, triton.generation, context.log))
+    try:
+        first = await until_disconnect(context.request, anext(responses))
+    except ClientDisconnected:
+        await responses.aclose()
+        return None
+    except BaseException:
+        await responses.aclose()
+        raise
+    return first, responses
+
+
+async def built(builder: ResponseBuilder, chunks: AsyncIterator[GenerationChunk]) -> Responses:
+    """The backend's response for each chunk; closing this closes (aborts) the chunks."""
+    try:
+        async for chunk in chunks:
+            yield builder.build(chunk)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+
+class ClientDisconnected(Exception):
+    """The client went away before the response was ready."""
+
+
+async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await `awaitable`, cancelling it (and so aborting its engine request) if the client leaves."""
+    work = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(wait_for_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if work in done:
+            return work.result()
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        raise ClientDisconnected()
+    finally:
+        watcher.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

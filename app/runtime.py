@@ -1,0 +1,19 @@
+"""What every frontend serves from, built once per process by the composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from app.core.service import GenerationService
+from app.repository.registry import ModelRegistry
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The model registry, the generation service and the metrics registry of this process."""
+
+    registry: ModelRegistry
+    generation: GenerationService
+    metrics_registry: CollectorRegistry

@@ -1,0 +1,42 @@
+"""Validation of wire data against the schemas, with errors that name each field."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from app.errors import InvalidRequestError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def format_validation_errors(errors: Sequence[Any], location: str = "") -> str:
+    """One readable line per pydantic error, each naming its field (under `location`)."""
+    lines = []
+    for error in errors:
+        parts = [str(part) for part in error.get("loc", ()) if part != "body"]
+        field = ".".join(([location] if location else []) + parts) or location or "body"
+        lines.append(f"{field}: {error.get('msg', 'invalid value')}")
+    return "; ".join(lines)
+
+
+def invalid_request(exc: ValidationError, location: str = "") -> InvalidRequestError:
+    return InvalidRequestError(format_validation_errors(exc.errors(), location))
+
+
+def validate_json(model: type[Model], raw: bytes | str) -> Model:
+    """Parse JSON text as `model`, or a 400 naming the fields."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise invalid_request(exc) from exc
+
+
+def validate_data(model: type[Model], data: Any, location: str = "", strict: bool | None = None) -> Model:
+    """Validate Python data as `model`, or a 400 naming the fields under `location`."""
+    try:
+        return model.model_validate(data, strict=strict)
+    except ValidationError as exc:
+        raise invalid_request(exc, location) from exc

@@ -1,0 +1,164 @@
+"""The backend's inputs as a neutral request: the Triton vLLM backend's reading of a request."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.types import GenerationRequest, LoraAdapter
+from app.errors import InvalidRequestError
+from app.repository.served_model import ServedModel
+from app.schemas.generate import GenerateRequest, SamplingParameters
+from app.schemas.validation import validate_data
+
+APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
+"""config.pbtxt parameter: wrap prompts in the model's chat template unless a request says no."""
+PARAMETERS_FIELD = "parameters"
+STREAM_WITH_INPUT_MESSAGE = "When streaming, `exclude_input_in_output` = False is not allowed."
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPolicy:
+    """How a route or RPC decides between a stream and one response, before anything else."""
+
+    default: bool
+    refusal: str | None = None
+    """The error for a client asking to stream where only one response can be sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """Which additional outputs the client asked for."""
+
+    finish_reason: bool = False
+    cumulative_logprob: bool = False
+    logprobs: bool = False
+    num_input_tokens: bool = False
+    num_output_tokens: bool = False
+
+
+@dataclass(slots=True)
+class TritonRequest:
+    """A generate request in the backend's terms: the neutral request for the core, and what
+    the response must hold."""
+
+    generation: GenerationRequest
+    text_input: str
+    prepend_input: bool
+    outputs: OutputOptions
+    logprobs_requested: bool
+
+    @property
+    def stream(self) -> bool:
+        return self.generation.stream
+
+    @property
+    def n(self) -> int:
+        return self.generation.n
+
+
+def triton_request(body: GenerateRequest, model: ServedModel, policy: StreamPolicy) -> TritonRequest:
+    """Read the request as the backend does; every invalid input is a 400 naming its field."""
+    parameters = collect_parameters(body)
+    stream = first_set(body.stream, parameters.pop("stream", None), policy.default)
+    if stream and policy.refusal:
+        raise InvalidRequestError(policy.refusal)
+    lora_name = parameters.pop("lora_name", None)
+    chat_template = first_set(parameters.pop("apply_chat_template", None), model.spec.flag(APPLY_CHAT_TEMPLATE))
+    if body.exclude_input_in_output is None:
+        prepend_input = not stream
+    else:
+        prepend_input = not body.exclude_input_in_output
+    if prepend_input and stream:
+        raise InvalidRequestError(STREAM_WITH_INPUT_MESSAGE)
+    outputs = OutputOptions(
+        finish_reason=bool(body.return_finish_reason),
+        cumulative_logprob=bool(body.return_cumulative_logprob),
+        logprobs=bool(body.return_logprobs),
+        num_input_tokens=bool(body.return_num_input_tokens),
+        num_output_tokens=bool(body.return_num_output_tokens),
+    )
+    logprobs_requested = parameters.get("logprobs") is not None
+    if outputs.cumulative_logprob and not logprobs_requested:
+        parameters["logprobs"] = 0
+    generation = GenerationRequest(
+        request_id=uuid.uuid4().hex,
+        prompt=body.text_input,
+        sampling=parameters,
+        stream=stream,
+        chat_template=bool(chat_template),
+        images=decode_images(body.image, model),
+        lora=resolve_lora(lora_name, model),
+        parameters_field=PARAMETERS_FIELD,
+    )
+    return TritonRequest(generation, body.text_input, prepend_input, outputs, logprobs_requested)
+
+
+def first_set(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def collect_parameters(body: GenerateRequest) -> dict[str, Any]:
+    """The request's parameters: `sampling_parameters` if given (as the backend does),
+    else `parameters` plus any unknown top-level keys (Triton passes those as parameters)."""
+    if body.sampling_parameters is not None:
+        raw = load_json_text(body.sampling_parameters, "sampling_parameters")
+        if not isinstance(raw, dict):
+            raise InvalidRequestError("sampling_parameters: must be a JSON object")
+        return dump_parameters(validate_data(SamplingParameters, raw, "sampling_parameters"))
+    merged = dump_parameters(validate_data(SamplingParameters, dict(body.model_extra or {})))
+    if body.parameters is not None:
+        merged.update(dump_parameters(body.parameters))
+    return merged
+
+
+def load_json_text(text: str, location: str) -> Any:
+    """JSON carried inside a string field, or a 400 naming the field."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{location}: invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequestError(f"{location}: JSON nested too deeply") from exc
+
+
+def dump_parameters(parameters: SamplingParameters) -> dict[str, Any]:
+    return parameters.model_dump(exclude_none=True)
+
+
+def resolve_lora(name: str | None, model: ServedModel) -> LoraAdapter | None:
+    """The adapter for `lora_name`, with the backend's error messages."""
+    if name is None:
+        return None
+    loras = model.spec.loras
+    if loras is None:
+        raise InvalidRequestError("LoRA feature is not enabled.")
+    if name not in loras:
+        raise InvalidRequestError(f"LoRA {name} is not supported, we currently support {list(loras)}")
+    return LoraAdapter(name=name, int_id=list(loras).index(name) + 1, path=loras[name])
+
+
+def decode_images(images: list[str] | str | None, model: ServedModel) -> list[Any]:
+    """Decode base64 images with Pillow into RGB images, as the backend does. A model that
+    takes no images refuses them first (a model not ready yet is refused at admission)."""
+    if not images:
+        return []
+    if isinstance(images, str):
+        images = [images]
+    if model.is_ready and not model.engine.supports_images:
+        raise InvalidRequestError(f"image: model '{model.name}' takes no images")
+    from PIL import Image, UnidentifiedImageError
+
+    decoded = []
+    for index, data in enumerate(images):
+        try:
+            raw = base64.b64decode(data, validate=True)
+            decoded.append(Image.open(io.BytesIO(raw)).convert("RGB"))
+        except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as exc:
+            raise InvalidRequestError(f"image.{index}: not a base64-encoded image ({exc})") from exc
+    return decoded

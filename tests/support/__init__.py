@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: SSE parsing, ASGI and server harnesses, waiting."""

@@ -1,0 +1,68 @@
+"""The real server as a subprocess (`python -m app`), started and stopped by the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from app.paths import PROJECT_ROOT
+from tests.support.asgi import free_port
+
+START_TIMEOUT_S = 300
+STOP_TIMEOUT_S = 60
+ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
+
+
+@dataclass
+class RunningServer:
+    """A server subprocess and the address it answers on."""
+
+    process: subprocess.Popen
+    base_url: str
+    log_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, list[psutil.Process]]:
+        """Signal the server; return its exit code and any descendant still alive after it."""
+        descendants = psutil.Process(self.process.pid).children(recursive=True)
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=STOP_TIMEOUT_S)
+        _, alive = psutil.wait_procs(descendants, timeout=10)
+        return code, alive
+
+
+def start_server(*args: str, name: str = "server", env: dict[str, str] | None = None) -> RunningServer:
+    """Start `python -m app` on a free port and wait until every model is ready."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log_path = ARTIFACTS / f"{name}-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), *args],
+        cwd=PROJECT_ROOT,
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
+    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log_tail()}")
+        try:
+            if httpx.get(f"{server.base_url}/v2/health/ready", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise RuntimeError(f"server not ready after {START_TIMEOUT_S} s:\n{server.log_tail()}")
