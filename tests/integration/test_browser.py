@@ -9,7 +9,6 @@ import os
 import re
 import resource
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +16,13 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from app.main import create_app
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.integration.test_metrics_and_health import scrape
-from tests.support.asgi import free_port
+from tests.support.asgi import serve_in_thread
 from tests.support.repository import write_model
 from tests.support.servers import ARTIFACTS, RunningServer
 
@@ -211,17 +209,8 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         Settings(model_repository=root, api_keys=["browser-key"]),
         engine_factory=lambda spec: FakeEngine(step_delay=0.02),
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the keyed test server did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(app) as base_url:
+        yield base_url
 
 
 @pytest.fixture
