@@ -3,7 +3,7 @@ HTTP app with its routers and middleware. The only module that knows every packa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,8 +19,9 @@ from app.http.access_log import AccessLogMiddleware
 from app.http.errors import install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.observability.load_metrics import ModelLoadCollector
-from app.repository.layout import EngineArgsCheck, accept_engine_args
-from app.repository.registry import EngineFactory, ModelRegistry
+from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
+from app.repository.registry import EngineFactory, LifecycleOptions, ModelRegistry
+from app.repository.supervision import RestartPolicy
 from app.routes import generate, health, metrics, models, playground, repository
 from app.routes.docs import install_docs_and_static
 from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
@@ -39,33 +40,54 @@ OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 """Routes that answer without an API key: the docs, the playground's page and assets."""
 
 
-def vllm_engines(settings: Settings, metrics_registry: CollectorRegistry) -> tuple[EngineFactory, EngineArgsCheck]:
-    """vLLM's engines and its check of model.json (imported here: a test with an engine
-    double never loads vLLM)."""
+def vllm_engines(
+    settings: Settings, metrics_registry: CollectorRegistry
+) -> tuple[EngineFactory, EngineArgsCheck, Callable[[ModelSpec], None]]:
+    """vLLM's engines, its check of model.json and what to forget of an unloaded model
+    (imported here: a test with an engine double never loads vLLM)."""
     from app.engine.engine_args import vllm_engine_args
-    from app.engine.factory import vllm_engine_factory
+    from app.engine.factory import VllmEngines
 
-    factory = vllm_engine_factory(
+    engines = VllmEngines(
         metrics_registry,
         cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
         report_all_metrics=settings.report_custom_metrics,
     )
-    return factory, vllm_engine_args
+    return engines, vllm_engine_args, engines.forget
+
+
+def lifecycle_options(settings: Settings) -> LifecycleOptions:
+    restart = RestartPolicy(
+        enabled=settings.engine_restart,
+        max_restarts=settings.engine_restart_max,
+        window_seconds=settings.engine_restart_window_seconds,
+        backoff_seconds=settings.engine_restart_backoff_seconds,
+        max_backoff_seconds=settings.engine_restart_backoff_max_seconds,
+        probe_interval_seconds=settings.engine_probe_interval_seconds,
+        probe_timeout_seconds=settings.engine_probe_timeout_seconds,
+    )
+    return LifecycleOptions(
+        drain_timeout=settings.drain_timeout_seconds,
+        max_pending=settings.max_pending_requests,
+        restart=restart,
+        reload_in_place=settings.reload_in_place,
+    )
 
 
 def build_runtime(settings: Settings, engine_factory: EngineFactory | None = None) -> Runtime:
     """The registry of the repository's models, the generation service, the metrics."""
     metrics_registry = CollectorRegistry()
     check_engine_args: EngineArgsCheck = accept_engine_args
+    on_unloaded = None
     if engine_factory is None:
-        engine_factory, check_engine_args = vllm_engines(settings, metrics_registry)
+        engine_factory, check_engine_args, on_unloaded = vllm_engines(settings, metrics_registry)
     registry = ModelRegistry(
         settings.model_repository,
         engine_factory,
         only=settings.models,
-        drain_timeout=settings.drain_timeout_seconds,
-        max_pending=settings.max_pending_requests,
+        options=lifecycle_options(settings),
         check_engine_args=check_engine_args,
+        on_unloaded=on_unloaded,
     )
     metrics_registry.register(ModelLoadCollector(registry))
     generation = GenerationService(

@@ -65,6 +65,26 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Bearer keys; empty means no authentication."
     )
+    engine_restart: bool = Field(
+        True, description="Replace a failed engine (restarts with exponential backoff)."
+    )
+    engine_restart_max: int = Field(
+        5, ge=0, description="Restarts allowed per model version within the window; then live fails."
+    )
+    engine_restart_window_seconds: float = Field(600, gt=0)
+    engine_restart_backoff_seconds: float = Field(
+        1, ge=0, description="Wait before the first restart in the window; doubled for each further one."
+    )
+    engine_restart_backoff_max_seconds: float = Field(60, ge=0)
+    engine_probe_interval_seconds: float = Field(
+        10, ge=0, description="How often each engine must answer a round trip (0: never)."
+    )
+    engine_probe_timeout_seconds: float = Field(30, gt=0)
+    reload_in_place: bool = Field(
+        False,
+        description="A reload stops the old engines before starting the new ones (when there "
+        "is no room for both, e.g. a GPU); by default the old ones serve until the new are ready.",
+    )
     auth_open_health: bool = Field(True, description="Health routes answer without a key.")
     auth_open_metrics: bool = Field(True, description="/metrics answers without a key.")
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)

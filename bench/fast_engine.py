@@ -45,6 +45,9 @@ class FastEngine:
     async def check_health(self) -> None:
         return None
 
+    async def ping(self, timeout: float) -> None:
+        return None
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         params = to_sampling_params(request.sampling, request.stream)  # as the vLLM engine does
         total = params.max_tokens or 16

@@ -46,6 +46,8 @@ class FakeEngine:
         step_delay: float = 0.0,
         fail_after: int | None = None,
         fail_with: Exception | None = None,
+        start_delay: float = 0.0,
+        start_error: Exception | None = None,
     ) -> None:
         self.requests: list[ReceivedRequest] = []
         self.active: set[str] = set()
@@ -58,8 +60,14 @@ class FakeEngine:
         self._step_delay = step_delay
         self._fail_after = fail_after
         self._fail_with = fail_with
+        self._start_delay = start_delay
+        self._start_error = start_error
+        self.ping_hangs = False
 
     async def start(self) -> None:
+        await asyncio.sleep(self._start_delay)
+        if self._start_error is not None:
+            raise self._start_error
         self.started = True
 
     async def shutdown(self) -> None:
@@ -90,6 +98,13 @@ class FakeEngine:
     async def check_health(self) -> None:
         if not self.healthy:
             raise EngineUnhealthyError()
+
+    async def ping(self, timeout: float) -> None:
+        """Like the real engine: an answer within `timeout`, unless told to hang."""
+        await self.check_health()
+        if self.ping_hangs:
+            await asyncio.sleep(timeout)
+            raise EngineUnhealthyError(f"the engine did not answer within {timeout:g} s")
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         params = to_sampling_params(request.sampling, request.stream, request.parameters_field)

@@ -88,7 +88,12 @@ class InferenceEngine(Protocol):
         ...
 
     async def check_health(self) -> None:
-        """Raise `EngineUnhealthyError` when the engine cannot serve."""
+        """Raise `EngineUnhealthyError` when the engine is known to have failed (cheap)."""
+        ...
+
+    async def ping(self, timeout: float) -> None:
+        """A round trip to the engine: raise `EngineUnhealthyError` when it does not answer
+        within `timeout` seconds (a hung engine) or has failed."""
         ...
 
     @property

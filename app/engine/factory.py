@@ -8,20 +8,26 @@ from app.core.types import InferenceEngine
 from app.engine.metrics import MetricsProvider
 from app.engine.vllm_engine import VllmEngine
 from app.repository.layout import ModelSpec
-from app.repository.registry import EngineFactory
 
 REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
 
 
-def vllm_engine_factory(
-    metrics_registry: CollectorRegistry, cpu_kvcache_space_gib: int, report_all_metrics: bool
-) -> EngineFactory:
-    """A `VllmEngine` per model version; its `vllm:` metrics recorded when the model's
-    config.pbtxt sets REPORT_CUSTOM_METRICS (or `report_all_metrics`), as in the backend."""
-    provider = MetricsProvider(metrics_registry)
+class VllmEngines:
+    """Makes a `VllmEngine` per model version (an `EngineFactory`); their `vllm:` metrics
+    are recorded when the model's config.pbtxt sets REPORT_CUSTOM_METRICS (or
+    `report_all_metrics`), as in the backend, and kept across restarts and reloads until the
+    model is unloaded."""
 
-    def create(spec: ModelSpec) -> InferenceEngine:
-        report = report_all_metrics or spec.flag(REPORT_CUSTOM_METRICS)
-        return VllmEngine(spec, cpu_kvcache_space_gib=cpu_kvcache_space_gib, metrics=provider if report else None)
+    def __init__(self, metrics_registry: CollectorRegistry, cpu_kvcache_space_gib: int, report_all_metrics: bool) -> None:
+        self._provider = MetricsProvider(metrics_registry)
+        self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
+        self._report_all_metrics = report_all_metrics
 
-    return create
+    def __call__(self, spec: ModelSpec) -> InferenceEngine:
+        report = self._report_all_metrics or spec.flag(REPORT_CUSTOM_METRICS)
+        metrics = self._provider if report else None
+        return VllmEngine(spec, cpu_kvcache_space_gib=self._cpu_kvcache_space_gib, metrics=metrics)
+
+    def forget(self, spec: ModelSpec) -> None:
+        """Drop an unloaded model's `vllm:` series, as Triton does."""
+        self._provider.remove(spec.name, spec.version)

@@ -95,6 +95,11 @@ class VllmMetrics:
             except KeyError:
                 pass
 
+    def clear_load(self, model: str, version: str) -> None:
+        """Zero a model's load gauges when its engine stops: a dead engine runs nothing."""
+        for gauge in (self.running, self.waiting, self.kv_cache_usage):
+            gauge.labels(model, version).set(0)
+
     def stat_logger_factory(self, model: str, version: str) -> Callable[[Any, int], StatLoggerBase]:
         """A vLLM `StatLoggerFactory` recording into this model's series."""
 
@@ -175,3 +180,7 @@ class MetricsProvider:
     def remove(self, model: str, version: str) -> None:
         if self._metrics is not None:
             self._metrics.remove(model, version)
+
+    def clear_load(self, model: str, version: str) -> None:
+        if self._metrics is not None:
+            self._metrics.clear_load(model, version)

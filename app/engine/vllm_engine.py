@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import inspect
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.lora.request import LoRARequest
+from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -21,6 +26,11 @@ from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
 from app.repository.layout import ModelSpec
 
 logger = logging.getLogger(__name__)
+
+MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
+"""glibc's: returns the free heap to the system (absent from other C libraries)."""
+ENGINE_ERROR = "error"
+"""vLLM's finish reason for a request the engine failed."""
 
 try:  # vLLM >= 0.11 splits client errors from server errors
     from vllm.exceptions import VLLMClientError
@@ -45,13 +55,28 @@ class VllmEngine:
         self._tokenizer: Any = None
 
     async def start(self) -> None:
+        """Build the engine in a worker thread; cancelled meanwhile, it is stopped once built
+        (a thread cannot be interrupted) so that no engine process is left behind."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
-        self._llm = await asyncio.to_thread(self._create)
+        creating = asyncio.ensure_future(asyncio.to_thread(self._create))
+        try:
+            self._llm = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            creating.add_done_callback(stop_when_built)
+            raise
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
 
+    def engine_config(self) -> Any:
+        """The engine's `VllmConfig` with the defaults `vllm serve` chooses for this hardware
+        (its OpenAI-server usage context: e.g. 1,024 sequences and 8,192 batched tokens on an
+        H100), wherever model.json does not set them. Built from fresh arguments: vLLM
+        writes the defaults back into the ones it is given."""
+        args = AsyncEngineArgs(**self._spec.engine_args)
+        return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+
     def _create(self) -> AsyncLLM:
-        config = self._args.create_engine_config()
+        config = self.engine_config()
         stat_loggers = None
         if self._metrics is not None:
             families = self._metrics.families(config.model_config.max_model_len)
@@ -64,20 +89,37 @@ class VllmEngine:
         )
 
     async def shutdown(self) -> None:
+        """Stop the engine; requests still waiting on it end with `EngineUnhealthyError`."""
         llm, self._llm = self._llm, None
         if llm is not None:
+            processor = getattr(llm, "output_processor", None)
+            if processor is not None:
+                processor.propagate_error(EngineDeadError())
             # AsyncLLM.shutdown stops the engine core before it cancels its output handler;
             # run in a thread, that handler would see the core die and log a false error.
             handler = getattr(llm, "output_handler", None)
             if handler is not None:
                 handler.cancel()
             await asyncio.to_thread(llm.shutdown)
+            del llm, processor, handler
+            return_freed_memory()
         if self._metrics is not None:
-            self._metrics.remove(self._spec.name, self._spec.version)
+            self._metrics.clear_load(self._spec.name, self._spec.version)
 
     @property
     def is_healthy(self) -> bool:
         return self._llm is not None and not self._llm.errored
+
+    async def ping(self, timeout: float) -> None:
+        """A round trip to the engine core (it answers between two steps)."""
+        if not self.is_healthy or self._llm is None:
+            raise EngineUnhealthyError()
+        try:
+            await asyncio.wait_for(self._llm.is_sleeping(), timeout)
+        except asyncio.TimeoutError:
+            raise EngineUnhealthyError(f"the engine did not answer within {timeout:g} s") from None
+        except Exception as exc:
+            raise EngineUnhealthyError() from exc
 
     @property
     def max_model_len(self) -> int:
@@ -100,7 +142,10 @@ class VllmEngine:
 
     @property
     def num_unfinished_requests(self) -> int:
-        return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
+        """0 once the engine is dead: whatever it held is gone."""
+        if self._llm is None or self._llm.errored:
+            return 0
+        return self._llm.get_num_unfinished_requests()
 
     async def check_health(self) -> None:
         if self._llm is None:
@@ -123,7 +168,10 @@ class VllmEngine:
         outputs = self._llm.generate(prompt, sampling_params, request.request_id, lora_request=lora)
         try:
             async for output in outputs:
-                yield to_chunk(output)
+                chunk = to_chunk(output)
+                if output.finished:
+                    check_not_failed(chunk, sampling_params, request.parameters_field)
+                yield chunk
         except EngineDeadError as exc:
             raise EngineUnhealthyError() from exc
         except (VLLMClientError, ValueError) as exc:
@@ -136,6 +184,31 @@ class VllmEngine:
             raise ServerError(f"Error generating stream: {cause}") from exc
         finally:
             await outputs.aclose()
+
+
+def check_not_failed(chunk: GenerationChunk, sampling_params: SamplingParams, where: str) -> None:
+    """vLLM ends a request it could not run with finish reason "error" (e.g. a grammar that
+    passed its checks but failed to compile): an error, never a success."""
+    if not any(c.finish_reason == ENGINE_ERROR for c in chunk.completions):
+        return
+    if sampling_params.structured_outputs is not None:
+        raise InvalidRequestError(f"{where}.structured_outputs: the engine could not compile this grammar")
+    raise ServerError("Error generating stream: the engine could not run the request")
+
+
+def return_freed_memory() -> None:
+    """Collect the stopped engine's objects and hand the freed heap back to the system: the
+    allocator keeps it otherwise, and the server's RSS grows with every reload."""
+    gc.collect()
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
+
+
+def stop_when_built(creating: asyncio.Future[AsyncLLM]) -> None:
+    """Shut down an engine whose start was cancelled, once its thread has built it."""
+    if not creating.cancelled() and creating.exception() is None:
+        llm = creating.result()
+        threading.Thread(target=llm.shutdown, name="stop cancelled engine", daemon=True).start()
 
 
 def to_chunk(output: Any) -> GenerationChunk:

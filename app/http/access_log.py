@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import re
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.observability.access_log import RequestLog, write_access_log
 
 REQUEST_ID_HEADER = "x-request-id"
+SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:+=/-]{1,128}")
 
 current_request: contextvars.ContextVar[RequestLog | None] = contextvars.ContextVar(
     "current_request", default=None
@@ -48,8 +50,10 @@ class AccessLogMiddleware:
 
 
 def request_id_from(scope: Scope) -> str | None:
+    """The client's X-Request-ID when it is a safe id (letters, digits, `._:+=/-`, at most
+    128 characters); anything else is replaced by a generated id."""
     for name, value in scope.get("headers", []):
         if name == REQUEST_ID_HEADER.encode():
             text = value.decode("latin-1").strip()
-            return text[:128] if text else None
+            return text if SAFE_REQUEST_ID.fullmatch(text) else None
     return None

@@ -18,6 +18,7 @@ from app.errors import (
     ServerError,
     UnauthorizedError,
 )
+from app.http.access_log import current_request
 from app.schemas.validation import format_validation_errors
 
 STATUS_BY_ERROR: dict[type[ServerError], int] = {
@@ -62,6 +63,9 @@ def error_response(exc: ServerError) -> JSONResponse:
 
 async def _server_error_handler(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServerError)
+    record = current_request.get()
+    if record is not None:
+        record.error = exc.message
     return error_response(exc)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,11 @@ from typing import Any
 from pythonjsonlogger.json import JsonFormatter
 
 logger = logging.getLogger("app.access")
+
+NEEDS_QUOTES = re.compile(r'[\s"=\\\x00-\x1f\x7f\x85\u2028\u2029]')
+"""Characters that make a logfmt value ambiguous: whitespace, quotes, `=`, controls."""
+UNSAFE = re.compile(r'["\\\x00-\x1f\x7f\x85\u2028\u2029]')
+ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 @dataclass
@@ -28,6 +34,8 @@ class RequestLog:
     generated_tokens: int = 0
     first_token_at: float | None = None
     prompt: str | None = None
+    error: str | None = None
+    """Why the request failed, also when it failed after a stream had started (status 200)."""
 
     def record_chunk(self, num_prompt_tokens: int, num_new_tokens: int) -> None:
         """Called once per engine chunk: O(1)."""
@@ -54,6 +62,8 @@ class RequestLog:
                 generated_tokens=self.generated_tokens,
                 ttft_ms=None if ttft_ms is None else round(ttft_ms, 1),
             )
+        if self.error is not None:
+            data["error"] = self.error
         if self.prompt is not None:
             data["prompt"] = self.prompt
         return data
@@ -68,7 +78,21 @@ def write_access_log(record: RequestLog, log_prompts: bool) -> None:
 
 
 def format_plain(data: dict[str, Any]) -> str:
-    return " ".join(f"{key}={value}" for key, value in data.items() if value is not None)
+    """`key=value` pairs (logfmt): a value with a space, quote, `=` or control character is
+    quoted and escaped, so that no client-sent text can forge a field or a log line."""
+    return " ".join(f"{key}={plain_value(value)}" for key, value in data.items() if value is not None)
+
+
+def plain_value(value: Any) -> str:
+    text = str(value)
+    if text and not NEEDS_QUOTES.search(text):
+        return text
+    return '"' + UNSAFE.sub(escape, text) + '"'
+
+
+def escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return ESCAPES.get(char) or f"\\u{ord(char):04x}"
 
 
 class AccessJsonFormatter(JsonFormatter):

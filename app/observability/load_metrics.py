@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.observability.labels import MODEL_LABELS as LABELS
@@ -12,8 +12,9 @@ from app.repository.registry import ModelRegistry
 
 
 class ModelLoadCollector(Collector):
-    """`server_requests_in_flight` (admitted by this server, running or queued) and
-    `server_engine_requests_unfinished` (the engine's own count) per served model version.
+    """`server_requests_in_flight` (admitted by this server, running or queued),
+    `server_engine_requests_unfinished` (the engine's own count) per served model version,
+    and `server_engine_restarts_total` per model version that was ever restarted.
 
     Read when scraped, so they are exact even while the engine is idle (vLLM's own
     `vllm:num_requests_*` gauges only change when the engine steps).
@@ -22,7 +23,7 @@ class ModelLoadCollector(Collector):
     def __init__(self, registry: ModelRegistry) -> None:
         self._registry = registry
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         in_flight = GaugeMetricFamily(
             "server_requests_in_flight",
             "Requests admitted by this server and not yet finished.",
@@ -39,3 +40,11 @@ class ModelLoadCollector(Collector):
             unfinished.add_metric(labels, served.engine.num_unfinished_requests)
         yield in_flight
         yield unfinished
+        restarts = CounterMetricFamily(
+            "server_engine_restarts",
+            "Engines replaced after a failure (engine process gone, dead, or a failed health probe).",
+            labels=LABELS,
+        )
+        for (name, version), count in sorted(self._registry.restarts.items()):
+            restarts.add_metric([name, version], count)
+        yield restarts

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core.types import InferenceEngine
 from app.errors import ModelConfigError, ModelNotFoundError
 from app.repository.layout import (
     EngineArgsCheck,
@@ -18,11 +17,24 @@ from app.repository.layout import (
     load_repository,
     model_names,
 )
+from app.repository.overrides import ModelOverride, materialise
 from app.repository.served_model import ModelState, ServedModel
+from app.repository.supervision import EngineFactory, EngineSupervisor, RestartPolicy, stop_quietly
 
 logger = logging.getLogger(__name__)
 
-EngineFactory = Callable[[ModelSpec], InferenceEngine]
+__all__ = ["EngineFactory", "LifecycleOptions", "ModelRegistry", "RepositoryEntry"]
+
+
+@dataclass(frozen=True)
+class LifecycleOptions:
+    """How served models are admitted, drained, supervised and reloaded."""
+
+    drain_timeout: float = 30.0
+    max_pending: int | None = None
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    reload_in_place: bool = False
+    """Stop the old engines before starting the new ones (no room for both, e.g. on a GPU)."""
 
 
 @dataclass(frozen=True)
@@ -35,37 +47,51 @@ class RepositoryEntry:
     reason: str = ""
 
 
+UNAVAILABLE_REASONS = {
+    ModelState.RESTARTING: "engine failed: restarting it",
+    ModelState.FAILED: "engine failed: restarts exhausted",
+}
+
+
 class ModelRegistry:
-    """Looks models up by name and version; loads, unloads, starts and stops their engines."""
+    """Looks models up by name and version; loads, reloads, unloads, starts, supervises and
+    stops their engines."""
 
     def __init__(
         self,
         repository: Path,
         engine_factory: EngineFactory,
         only: list[str] | None = None,
-        drain_timeout: float = 30.0,
-        max_pending: int | None = None,
+        options: LifecycleOptions | None = None,
         check_engine_args: EngineArgsCheck = accept_engine_args,
+        on_unloaded: Callable[[ModelSpec], None] | None = None,
     ) -> None:
         self._repository = repository.resolve()
         self._factory = engine_factory
         self._check_engine_args = check_engine_args
-        self._drain_timeout = drain_timeout
-        self._max_pending = max_pending
+        self._options = options or LifecycleOptions()
+        self._on_unloaded = on_unloaded
         self._models: dict[str, dict[str, ServedModel]] = {}
-        self._unloaded: set[str] = set()
+        self._supervisors: dict[int, EngineSupervisor] = {}
+        self._reasons: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.restarts: dict[tuple[str, str], int] = {}
+        """Engine restarts per (model, version) since the server started."""
         for spec in load_repository(repository, only, check_engine_args):
-            self._add(spec)
+            served = self._new(spec)
+            self._models.setdefault(spec.name, {})[spec.version] = served
 
-    def _add(self, spec: ModelSpec) -> ServedModel:
-        served = ServedModel(spec=spec, engine=self._factory(spec), max_pending=self._max_pending)
-        self._models.setdefault(spec.name, {})[spec.version] = served
-        return served
+    def _new(self, spec: ModelSpec) -> ServedModel:
+        return ServedModel(spec=spec, engine=self._factory(spec), max_pending=self._options.max_pending)
 
     def __iter__(self) -> Iterator[ServedModel]:
         for versions in list(self._models.values()):
             yield from list(versions.values())
+
+    @property
+    def is_live(self) -> bool:
+        """False once a model's engine failed for good (its restarts are exhausted)."""
+        return not any(served.state is ModelState.FAILED for served in self)
 
     def versions(self, name: str) -> list[ServedModel]:
         """The loaded versions of `name`, oldest first; 404 when none is loaded."""
@@ -92,11 +118,9 @@ class ModelRegistry:
         for name in model_names(self._repository):
             loaded = self._models.get(name, {})
             for served in (loaded[v] for v in sorted(loaded, key=int)):
-                reason = "" if served.is_ready else "engine unhealthy" if served.state is ModelState.READY else ""
-                state = ModelState.UNAVAILABLE if reason else served.state
-                entries.append(RepositoryEntry(name, served.version, state.value, reason))
+                entries.append(index_entry(served))
             if not loaded:
-                reason = "unloaded" if name in self._unloaded else "not loaded"
+                reason = self._reasons.get(name, "not loaded")
                 entries.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE.value, reason))
         return entries
 
@@ -117,60 +141,109 @@ class ModelRegistry:
             served.state = ModelState.UNAVAILABLE
             raise
         served.state = ModelState.READY
+        self._supervise(served)
         logger.info("model '%s' version %s is ready", served.name, served.version)
 
-    async def load(self, name: str) -> None:
-        """(Re)load a model from the repository: read its config anew and start its engines."""
+    def _supervise(self, served: ServedModel) -> None:
+        supervisor = EngineSupervisor(served, self._factory, self._options.restart, self._count_restart)
+        self._supervisors[id(served)] = supervisor
+        supervisor.start()
+
+    def _count_restart(self, served: ServedModel, cause: str) -> None:
+        key = (served.name, served.version)
+        self.restarts[key] = self.restarts.get(key, 0) + 1
+
+    async def load(self, name: str, override: ModelOverride | None = None) -> None:
+        """(Re)load a model: read its config anew (or the override) and start its engines.
+
+        A loaded model keeps serving until its new engines are ready, then drains; if they
+        fail to start it keeps serving and the error is raised. With `reload_in_place` the
+        old engines stop first; the model answers 503 meanwhile, never 404.
+        """
         if name not in model_names(self._repository):
             raise ModelConfigError(f"failed to load '{name}': no such model in the repository")
         async with self._lock(name):
-            specs = load_model(self._repository / name, self._repository, self._check_engine_args)
-            if name in self._models:
-                await self._unload(name)
-            started = [self._add(spec) for spec in specs]
-            self._unloaded.discard(name)
-            try:
-                for served in started:
-                    await self._start(served)
-            except BaseException:
-                await self._unload(name)
-                raise
+            with materialise(self._repository / name, override) as model_dir:
+                specs = load_model(model_dir, self._repository, self._check_engine_args)
+                current = list(self._models.get(name, {}).values())
+                if current and not self._options.reload_in_place:
+                    await self._reload_beside(name, specs, current)
+                else:
+                    await self._retire(current, ModelState.UNLOADING)
+                    await self._load_fresh(name, specs)
+            self._reasons.pop(name, None)
+
+    async def _reload_beside(self, name: str, specs: list[ModelSpec], current: list[ServedModel]) -> None:
+        fresh = [self._new(spec) for spec in specs]
+        try:
+            for served in fresh:
+                await self._start(served)
+        except BaseException:
+            await self._retire(fresh, ModelState.UNAVAILABLE)
+            raise
+        self._models[name] = {served.version: served for served in fresh}
+        await self._retire(current, ModelState.UNLOADING)
+
+    async def _load_fresh(self, name: str, specs: list[ModelSpec]) -> None:
+        fresh = [self._new(spec) for spec in specs]
+        self._models[name] = {served.version: served for served in fresh}
+        try:
+            for served in fresh:
+                await self._start(served)
+        except BaseException as exc:
+            self._models.pop(name, None)
+            self._reasons[name] = f"load failed: {exc}"
+            await self._retire(fresh, ModelState.UNAVAILABLE)
+            raise
 
     async def unload(self, name: str) -> None:
         """Stop admitting requests to `name`, let running ones finish, stop its engines."""
         async with self._lock(name):
-            self.versions(name)
-            await self._unload(name)
-            self._unloaded.add(name)
+            served_versions = self.versions(name)
+            await self._retire(served_versions, ModelState.UNLOADING)
+            self._models.pop(name, None)
+            self._reasons[name] = "unloaded"
+            if self._on_unloaded is not None:
+                for served in served_versions:
+                    self._on_unloaded(served.spec)
 
-    async def _unload(self, name: str) -> None:
-        served_versions = list(self._models.get(name, {}).values())
-        await asyncio.gather(
-            *(s.drain(ModelState.UNLOADING, self._drain_timeout) for s in served_versions)
-        )
-        self._models.pop(name, None)
+    async def _retire(self, served_versions: list[ServedModel], state: ModelState) -> None:
+        """Stop supervising, drain (running requests finish, or are aborted after the drain
+        timeout) and stop the engines of these model versions."""
+        await self._stop_supervising(served_versions)
+        await asyncio.gather(*(s.drain(state, self._options.drain_timeout) for s in served_versions))
         await self._stop_engines(served_versions)
 
     async def drain(self) -> None:
         """For a graceful shutdown: every model stops admitting, lets running requests
         finish up to the drain timeout, then aborts the rest."""
-        await asyncio.gather(*(s.drain(ModelState.DRAINING, self._drain_timeout) for s in self))
+        served_versions = list(self)
+        await self._stop_supervising(served_versions)
+        await asyncio.gather(*(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions))
 
     async def shutdown(self) -> None:
         """Stop every engine; one failing to stop does not keep the others running."""
         served_versions = list(self)
-        for served in served_versions:
-            served.state = ModelState.UNAVAILABLE
+        await self._stop_supervising(served_versions)
         await self._stop_engines(served_versions)
 
+    async def _stop_supervising(self, served_versions: list[ServedModel]) -> None:
+        supervisors = [self._supervisors.pop(id(s), None) for s in served_versions]
+        await asyncio.gather(*(s.stop() for s in supervisors if s is not None))
+
     async def _stop_engines(self, served_versions: list[ServedModel]) -> None:
-        results = await asyncio.gather(
-            *(served.engine.shutdown() for served in served_versions), return_exceptions=True
-        )
-        for served, result in zip(served_versions, results):
+        for served in served_versions:
             served.state = ModelState.UNAVAILABLE
-            if isinstance(result, BaseException):
-                logger.error("engine of '%s' failed to stop: %s", served.name, result)
+        await asyncio.gather(*(stop_quietly(served.engine) for served in served_versions))
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
+
+
+def index_entry(served: ServedModel) -> RepositoryEntry:
+    """A loaded version as the index shows it: a failed engine is UNAVAILABLE with a reason."""
+    if served.state in UNAVAILABLE_REASONS:
+        return RepositoryEntry(served.name, served.version, ModelState.UNAVAILABLE.value, UNAVAILABLE_REASONS[served.state])
+    if served.state is ModelState.READY and not served.is_ready:
+        return RepositoryEntry(served.name, served.version, ModelState.UNAVAILABLE.value, "engine unhealthy")
+    return RepositoryEntry(served.name, served.version, served.state.value)

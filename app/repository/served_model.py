@@ -23,6 +23,10 @@ SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
 class ModelState(str, Enum):
     LOADING = "LOADING"
     READY = "READY"
+    RESTARTING = "RESTARTING"
+    """Its engine failed; a new one is being started (app/repository/supervision.py)."""
+    FAILED = "FAILED"
+    """Its engine failed and may not be restarted any more: the server is not live."""
     UNLOADING = "UNLOADING"
     DRAINING = "DRAINING"
     UNAVAILABLE = "UNAVAILABLE"
@@ -72,7 +76,7 @@ class ServedModel:
 
         The one readiness check of a request. Beyond `max_pending` admitted requests the
         answer is an `OverloadedError`. With ENABLE_VLLM_HEALTH_CHECK the engine is checked
-        first, as the backend does; a failed check leaves the model unavailable. A request
+        first, as the backend does (a failed engine is the supervisor's to replace). A request
         the server aborted (drain, unload) ends with an error instead of its partial output.
         """
         self.ensure_ready()
@@ -81,11 +85,7 @@ class ServedModel:
                 f"Model '{self.name}' is overloaded: {len(self.in_flight)} requests pending; retry later"
             )
         if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
-            try:
-                await self.engine.check_health()
-            except ModelUnavailableError:
-                self.state = ModelState.UNAVAILABLE
-                raise
+            await self.engine.check_health()
         self.in_flight[request_id] = False
         self._idle.clear()
         try:

@@ -15,10 +15,13 @@ router = APIRouter(tags=["health"])
     "/v2/health/live",
     summary="Is the server process alive",
     response_class=Response,
-    responses={200: {"description": "Alive (empty body)"}},
+    responses={
+        200: {"description": "Alive (empty body)"},
+        503: {"description": "A model's engine failed and its restarts are exhausted: restart the server"},
+    },
 )
-async def live() -> Response:
-    return Response(status_code=200)
+async def live(registry: RegistryDep) -> Response:
+    return Response(status_code=200 if registry.is_live else 503)
 
 
 @router.get(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from app.errors import ModelConfigError, ModelLoadError, ServerError
+from app.errors import InvalidRequestError, ModelConfigError, ModelLoadError, ServerError
+from app.repository.overrides import FILE_PREFIX, parse_override
 from app.routes.dependencies import RegistryDep, optional_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
@@ -49,7 +52,7 @@ async def repository_index(
 
 @router.post(
     "/v2/repository/models/{model_name}/load",
-    summary="Load (or reload) a model: reads its config and starts its engines",
+    summary="Load (or reload) a model: reads its config (or the override) and starts its engines",
     responses=LOAD_ERRORS,
     response_class=Response,
 )
@@ -58,8 +61,11 @@ async def load_model(
     registry: RegistryDep,
     body: ControlBody,
 ) -> Response:
+    """Triton's overrides are taken: `parameters.config` (the model configuration as JSON)
+    and `parameters["file:<version>/<name>"]` (base64 file contents, with `config`)."""
+    override = parse_override(decoded_files(body.parameters or {})) if body is not None else None
     try:
-        await registry.load(model_name)
+        await registry.load(model_name, override)
     except ModelConfigError as exc:
         raise ModelLoadError(str(exc)) from exc
     except ServerError:
@@ -68,6 +74,18 @@ async def load_model(
         logger.exception("loading model '%s' failed", model_name)
         raise ModelLoadError(f"load failed for model '{model_name}': {exc}") from exc
     return Response(status_code=200)
+
+
+def decoded_files(parameters: dict[str, Any]) -> dict[str, Any]:
+    """Load parameters with the base64 content of each `file:` parameter decoded."""
+    decoded = dict(parameters)
+    for key, value in parameters.items():
+        if key.startswith(FILE_PREFIX):
+            try:
+                decoded[key] = base64.b64decode(str(value), validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise InvalidRequestError(f"parameters.{key}: not base64-encoded file content ({exc})") from exc
+    return decoded
 
 
 @router.post(

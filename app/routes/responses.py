@@ -12,6 +12,7 @@ from fastapi import Request
 
 from app.core.service import GenerationService
 from app.core.types import GenerationChunk
+from app.errors import ServerError
 from app.observability.access_log import RequestLog
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
@@ -43,7 +44,7 @@ async def open_responses(
         context.log.model, context.log.version, context.log.prompt = model.name, model.version, body.text_input
     triton = triton_request(body, model, policy)
     builder = ResponseBuilder(triton, model.name, model.version)
-    responses = built(builder, context.generation.generate(model, triton.generation, context.log))
+    responses = built(builder, context.generation.generate(model, triton.generation, context.log), context.log)
     try:
         first = await until_disconnect(context.request, anext(responses))
     except ClientDisconnected:
@@ -55,11 +56,18 @@ async def open_responses(
     return first, responses
 
 
-async def built(builder: ResponseBuilder, chunks: AsyncIterator[GenerationChunk]) -> Responses:
-    """The backend's response for each chunk; closing this closes (aborts) the chunks."""
+async def built(
+    builder: ResponseBuilder, chunks: AsyncIterator[GenerationChunk], log: RequestLog | None
+) -> Responses:
+    """The backend's response for each chunk; closing this closes (aborts) the chunks. A
+    failure is noted in the access log (a stream's status is already 200)."""
     try:
         async for chunk in chunks:
             yield builder.build(chunk)
+    except ServerError as exc:
+        if log is not None:
+            log.error = exc.message
+        raise
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
 

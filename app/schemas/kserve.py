@@ -71,8 +71,16 @@ class RepositoryIndexEntry(BaseModel):
 
 
 class ModelControlRequest(BaseModel):
-    """Body of load/unload; Triton's `parameters` (config overrides, files) are not supported."""
+    """Body of load/unload. Load takes Triton's overrides in `parameters`: `config` (the
+    model configuration as a JSON string) and `file:<version>/<name>` (base64 contents)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {"parameters": {"config": '{"backend": "vllm", "parameters": {"REPORT_CUSTOM_METRICS": {"string_value": "true"}}}'}}
+            ]
+        },
+    )
 
     parameters: dict[str, Any] | None = None

@@ -53,6 +53,23 @@ def test_termination_grace_exceeds_prestop_and_drain(case: str) -> None:
     assert pod["terminationGracePeriodSeconds"] > drain + int(pre_stop[1])
 
 
+@pytest.mark.parametrize(("case", "in_place"), [("default", "false"), ("gpu", "true"), ("multi-gpu", "true")])
+def test_engine_restart_policy_and_reload_mode_reach_the_server(case: str, in_place: str) -> None:
+    variables = env(render(case))
+    assert variables["ENGINE_RESTART"] == "true" and variables["ENGINE_RESTART_MAX"] == "5"
+    assert variables["ENGINE_RESTART_WINDOW_SECONDS"] == "600"
+    assert variables["ENGINE_PROBE_INTERVAL_SECONDS"] == "10"
+    assert variables["RELOAD_IN_PLACE"] == in_place
+
+
+def test_liveness_fails_only_for_good_so_its_probe_may_act_fast() -> None:
+    """Live is 503 only once a model's restarts are exhausted (readiness covers restarts)."""
+    docs = render("default", ("server.engineRestart.enabled=false",))
+    assert env(docs)["ENGINE_RESTART"] == "false"
+    liveness = container(docs)["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 60
+
+
 def test_render_refuses_a_grace_period_within_the_drain() -> None:
     result = helm("template", "x", str(CHART), "--set", "terminationGracePeriodSeconds=30")
     assert result.returncode != 0

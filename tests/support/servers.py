@@ -64,5 +64,20 @@ def start_server(*args: str, name: str = "server", env: dict[str, str] | None = 
         except httpx.TransportError:
             pass
         time.sleep(0.5)
-    process.kill()
+    kill_tree(process.pid)
     raise RuntimeError(f"server not ready after {START_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant (its engine processes would outlive it)."""
+    try:
+        parent = psutil.Process(pid)
+        processes = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(processes, timeout=10)

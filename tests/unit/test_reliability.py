@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from app.core.service import GenerationService
 from app.errors import ServerError
 from app.http.errors import http_status
-from app.repository.registry import ModelRegistry
+from app.repository.registry import LifecycleOptions, ModelRegistry
 from app.schemas.generate import GenerateRequest
 from app.triton.inputs import StreamPolicy, triton_request
 from app.triton.outputs import ResponseBuilder
@@ -99,7 +99,7 @@ def test_request_timeout_aborts_and_reports(make_client: Callable[..., TestClien
 
 async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Path) -> None:
     engine = FakeEngine(step_delay=0.01)
-    registry = ModelRegistry(repository, lambda spec: engine, drain_timeout=0.3)
+    registry = ModelRegistry(repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=0.3))
     await registry.start()
     model = registry.get("fake")
 

@@ -1,0 +1,161 @@
+"""Reloads without downtime, Triton's load overrides, and failed loads (engine double)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.repository.layout import ModelSpec
+from app.settings import Settings
+from tests.doubles import FakeEngine
+from tests.support.waiting import wait_for
+
+BODY = {"text_input": "x", "parameters": {"max_tokens": 2}}
+LOAD = "/v2/repository/models/fake/load"
+
+
+class Engines:
+    """An engine factory keeping every engine and the spec it was made for."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[ModelSpec, FakeEngine]] = []
+        self.next_options: dict[str, object] = {}
+
+    def __call__(self, spec: ModelSpec) -> FakeEngine:
+        engine = FakeEngine(**self.next_options)  # type: ignore[arg-type]
+        self.made.append((spec, engine))
+        return engine
+
+    @property
+    def engines(self) -> list[FakeEngine]:
+        return [engine for _, engine in self.made]
+
+
+@pytest.fixture
+def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Engines]]]:
+    clients: list[TestClient] = []
+
+    def build(**settings: object) -> tuple[TestClient, Engines]:
+        engines = Engines()
+        app = create_app(Settings(model_repository=repository, engine_probe_interval_seconds=0, **settings), engine_factory=engines)
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client, engines
+
+    yield build
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def load_in_background(client: TestClient, body: dict | None = None) -> tuple[threading.Thread, dict]:
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("response", client.post(LOAD, json=body)))
+    thread.start()
+    return thread, result
+
+
+def statuses_while(client: TestClient, thread: threading.Thread) -> set[int]:
+    """Generate requests sent one after another until `thread` ends: their statuses."""
+    seen = set()
+    while thread.is_alive():
+        seen.add(client.post("/v2/models/fake/generate", json=BODY).status_code)
+    thread.join()
+    return seen
+
+
+def test_a_reload_serves_from_the_old_engine_until_the_new_one_is_ready(
+    served: Callable[..., tuple[TestClient, Engines]],
+) -> None:
+    client, engines = served()
+    engines.next_options = {"start_delay": 0.5}
+    thread, result = load_in_background(client)
+    assert statuses_while(client, thread) == {200}
+    assert result["response"].status_code == 200
+    old, new = engines.engines
+    assert old.requests and old.stopped and new.started and not new.stopped
+    assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200 and new.requests
+
+
+def test_a_reload_that_fails_to_start_keeps_the_old_engine_serving(
+    served: Callable[..., tuple[TestClient, Engines]],
+) -> None:
+    client, engines = served()
+    engines.next_options = {"start_error": RuntimeError("out of KV cache memory")}
+    response = client.post(LOAD)
+    assert response.status_code == 400
+    assert response.json() == {"error": "load failed for model 'fake': out of KV cache memory"}
+    old, new = engines.engines
+    assert not old.stopped and new.stopped
+    assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200 and old.requests
+
+
+def test_a_reload_with_a_broken_model_json_keeps_the_old_engine_serving(
+    served: Callable[..., tuple[TestClient, Engines]], repository: Path
+) -> None:
+    client, engines = served()
+    (repository / "fake" / "1" / "model.json").write_text("{broken")
+    response = client.post(LOAD)
+    assert response.status_code == 400 and "invalid JSON" in response.json()["error"]
+    assert len(engines.engines) == 1 and not engines.engines[0].stopped
+    assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
+
+
+def test_an_in_place_reload_answers_503_meanwhile_never_404(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+    client, engines = served(reload_in_place=True)
+    engines.next_options = {"start_delay": 0.5}
+    thread, result = load_in_background(client)
+    assert wait_for(lambda: len(engines.engines) == 2)
+    assert statuses_while(client, thread) <= {200, 503}
+    assert result["response"].status_code == 200
+    old, new = engines.engines
+    assert old.stopped and new.started
+    assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
+
+
+def test_a_config_override_replaces_config_pbtxt_for_this_load(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+    client, engines = served()
+    config = {"backend": "vllm", "parameters": {"APPLY_CHAT_TEMPLATE": {"string_value": "true"}}}
+    assert client.post(LOAD, json={"parameters": {"config": json.dumps(config)}}).status_code == 200
+    assert client.get("/v2/models/fake/config").json()["parameters"] == {"APPLY_CHAT_TEMPLATE": {"string_value": "true"}}
+    client.post("/v2/models/fake/generate", json={"text_input": "hi"})
+    assert engines.engines[-1].requests[-1].prompt == "<user>hi</user><assistant>"
+    assert engines.made[-1][0].engine_args == {"model": "fake-model"}
+
+
+def test_file_overrides_replace_the_model_folder(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+    client, engines = served()
+    model_json = base64.b64encode(json.dumps({"model": "other-model", "max_model_len": 64}).encode()).decode()
+    body = {"parameters": {"config": "{}", "file:1/model.json": model_json}}
+    assert client.post(LOAD, json=body).status_code == 200
+    spec = engines.made[-1][0]
+    assert spec.engine_args == {"model": "other-model", "max_model_len": 64} and spec.version == "1"
+    assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"bogus": 1}, "unrecognized load parameter 'bogus'."),
+        ({"config": "{not json"}, "Invalid config override: "),
+        ({"config": json.dumps({"no_such_field": 1})}, "Invalid config override: "),
+        ({"config": 5}, "invalid value type for load parameter 'config'"),
+        ({"file:1/model.json": "e30="}, "need the 'config' parameter"),
+        ({"config": "{}", "file:../../etc/passwd": "e30="}, "the path must stay inside the model folder"),
+        ({"config": "{}", "file:1/model.json": "not base64!"}, "parameters.file:1/model.json: not base64"),
+    ],
+)
+def test_bad_overrides_are_a_400_naming_the_parameter(
+    served: Callable[..., tuple[TestClient, Engines]], parameters: dict, message: str
+) -> None:
+    client, engines = served()
+    response = client.post(LOAD, json={"parameters": parameters})
+    assert response.status_code == 400 and message in response.json()["error"]
+    assert len(engines.engines) == 1 and not engines.engines[0].stopped
