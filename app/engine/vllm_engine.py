@@ -8,10 +8,10 @@ import gc
 import inspect
 import logging
 import os
-import threading
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+import psutil
 from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.lora.request import LoRARequest
@@ -21,6 +21,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
+from app.engine.processes import engine_processes, kill_survivors
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
 from app.repository.layout import ModelSpec
@@ -52,18 +53,17 @@ class VllmEngine:
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
+        self._creating: asyncio.Future[AsyncLLM] | None = None
+        self._processes: list[psutil.Process] = []
         self._tokenizer: Any = None
 
     async def start(self) -> None:
-        """Build the engine in a worker thread; cancelled meanwhile, it is stopped once built
-        (a thread cannot be interrupted) so that no engine process is left behind."""
+        """Build the engine in a worker thread. Cancelled meanwhile, the engine is still
+        built (a thread cannot be interrupted); `shutdown` waits for it and stops it."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
-        creating = asyncio.ensure_future(asyncio.to_thread(self._create))
-        try:
-            self._llm = await asyncio.shield(creating)
-        except asyncio.CancelledError:
-            creating.add_done_callback(stop_when_built)
-            raise
+        self._creating = asyncio.ensure_future(asyncio.to_thread(self._create))
+        self._llm = await asyncio.shield(self._creating)
+        self._processes = engine_processes(self._llm)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
 
@@ -89,7 +89,12 @@ class VllmEngine:
         )
 
     async def shutdown(self) -> None:
-        """Stop the engine; requests still waiting on it end with `EngineUnhealthyError`."""
+        """Stop the engine (one still being built, once built): requests still waiting on it
+        end with `EngineUnhealthyError`, and none of its processes is left running."""
+        creating, self._creating = self._creating, None
+        if creating is not None and self._llm is None:
+            self._llm = await built(creating)
+            self._processes = engine_processes(self._llm)
         llm, self._llm = self._llm, None
         if llm is not None:
             processor = getattr(llm, "output_processor", None)
@@ -102,6 +107,7 @@ class VllmEngine:
                 handler.cancel()
             await asyncio.to_thread(llm.shutdown)
             del llm, processor, handler
+            kill_survivors(self._processes)
             return_freed_memory()
         if self._metrics is not None:
             self._metrics.clear_load(self._spec.name, self._spec.version)
@@ -204,11 +210,12 @@ def return_freed_memory() -> None:
         MALLOC_TRIM(0)
 
 
-def stop_when_built(creating: asyncio.Future[AsyncLLM]) -> None:
-    """Shut down an engine whose start was cancelled, once its thread has built it."""
-    if not creating.cancelled() and creating.exception() is None:
-        llm = creating.result()
-        threading.Thread(target=llm.shutdown, name="stop cancelled engine", daemon=True).start()
+async def built(creating: asyncio.Future[AsyncLLM]) -> AsyncLLM | None:
+    """The engine a start was building, once built; None when building it failed."""
+    try:
+        return await asyncio.shield(creating)
+    except Exception:
+        return None
 
 
 def to_chunk(output: Any) -> GenerationChunk:
