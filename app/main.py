@@ -49,6 +49,7 @@ def vllm_engines(settings: Settings, metrics_registry: CollectorRegistry) -> tup
         metrics_registry,
         cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
         report_all_metrics=settings.report_custom_metrics,
+        ray_address=settings.ray_address,
     )
     return factory, vllm_engine_args
 

@@ -16,6 +16,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
+from app.engine.ray_cluster import engine_group
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
 from app.repository.layout import ModelSpec
@@ -36,9 +37,11 @@ class VllmEngine:
         spec: ModelSpec,
         cpu_kvcache_space_gib: int = 2,
         metrics: MetricsProvider | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self._spec = spec
         self._args = AsyncEngineArgs(**spec.engine_args)
+        self._group = engine_group(self._args, ray_address)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
@@ -46,7 +49,12 @@ class VllmEngine:
 
     async def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
-        self._llm = await asyncio.to_thread(self._create)
+        try:
+            await self._group.start()
+            self._llm = await asyncio.to_thread(self._create)
+        except BaseException:
+            await self._group.stop()
+            raise
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
 
@@ -72,12 +80,13 @@ class VllmEngine:
             if handler is not None:
                 handler.cancel()
             await asyncio.to_thread(llm.shutdown)
+        await self._group.stop()
         if self._metrics is not None:
             self._metrics.remove(self._spec.name, self._spec.version)
 
     @property
     def is_healthy(self) -> bool:
-        return self._llm is not None and not self._llm.errored
+        return self._llm is not None and not self._llm.errored and self._group.is_whole
 
     @property
     def max_model_len(self) -> int:
@@ -105,6 +114,7 @@ class VllmEngine:
     async def check_health(self) -> None:
         if self._llm is None:
             raise EngineUnhealthyError()
+        self._group.check()
         try:
             await self._llm.check_health()
         except Exception as exc:
