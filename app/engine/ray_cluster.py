@@ -148,7 +148,7 @@ class RayGroup:
         """Ask the cluster once; a cluster that does not answer counts as not whole."""
         try:
             offered = await asyncio.wait_for(asyncio.to_thread(self._capacity, self.resource), PROBE_TIMEOUT_SECONDS)
-        except Exception as exc:  # the GCS unreachable, Ray shut down, or a timeout
+        except Exception as exc:  # noqa: BLE001 - GCS unreachable, Ray shut down, a timeout: all "not whole"
             logger.warning("Ray cluster %s does not answer: %r", self.address, exc)
             offered = 0.0
         was_whole, self._offered = self.is_whole, offered
