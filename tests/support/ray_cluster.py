@@ -26,6 +26,7 @@ PLUGIN_DIST = "triton_vllm_generate_test_platform-0.dist-info"
 PLUGIN_ENTRY_POINT = "cpu_ray = tests.support.ray_cpu_platform:register"
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 STOP_TIMEOUT_S = 20
+TERM_GRACE_S = 5
 
 
 @dataclass
@@ -168,11 +169,9 @@ def stop(cluster: LocalRayCluster) -> None:
     """SIGTERM to each node's session (workers first), then SIGKILL whatever remains."""
     processes = cluster.leftovers()
     for node in reversed(cluster.nodes):
-        try:
+        if node.process.poll() is None:  # its session leader still runs: the group is ours
             os.killpg(node.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    _, alive = psutil.wait_procs(processes, timeout=STOP_TIMEOUT_S)
+    _, alive = psutil.wait_procs(processes, timeout=TERM_GRACE_S)
     alive += [p for p in cluster.leftovers() if p not in alive]
     for process in alive:
         try:
