@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pytest
 
 from app.paths import PROJECT_ROOT
 from tests.support.asgi import free_port
@@ -144,6 +145,8 @@ def node_ports(head: bool) -> list[str]:
 @contextmanager
 def local_ray_cluster(workers: int = 1, node_env: dict[str, str] | None = None) -> Iterator[LocalRayCluster]:
     """A head on 127.0.0.1 and `workers` worker nodes on 127.0.0.2, ... ; killed on exit."""
+    if not RAY.exists():
+        pytest.fail(f"{RAY} is missing: `make test` installs Ray (the project's `ray` extra)", pytrace=False)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths
     write_platform_plugin(temp_dir / "plugin")

@@ -7,6 +7,7 @@ import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -14,7 +15,7 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from app.engine import engine_args
 from app.engine.ray_cluster import LocalGroup, RayGroup, engine_group
 from app.errors import EngineUnhealthyError, ModelConfigError
-from app.repository.layout import load_repository
+from app.repository.layout import ModelSpec, load_repository
 from app.settings import Settings
 from tests.support.repository import write_model
 from tests.support.waiting import eventually
@@ -132,6 +133,29 @@ async def test_the_last_group_of_the_process_disconnects() -> None:
     assert cluster.disconnects == 0
     await second.stop()
     assert cluster.disconnects == 1
+
+
+async def test_an_engine_on_ray_is_healthy_only_while_its_group_is_whole() -> None:
+    from app.engine.vllm_engine import VllmEngine
+
+    engine_args = {"model": "x", "distributed_executor_backend": "ray", "pipeline_parallel_size": 2}
+    engine = VllmEngine(ModelSpec("m", "1", Path("."), engine_args), ray_address=ADDRESS)
+    assert isinstance(engine._group, RayGroup) and engine._group.devices == 2
+    cluster = ScriptedCluster(gpus=2)
+    engine._group = cluster.group()
+    await engine._group.start()
+
+    async def healthy() -> None:
+        pass
+
+    engine._llm = SimpleNamespace(errored=False, check_health=healthy)  # a running AsyncLLM
+    assert engine.is_healthy
+    await engine.check_health()
+    cluster.gpus = 1
+    assert await eventually(lambda: not engine.is_healthy)
+    with pytest.raises(EngineUnhealthyError, match="offers 1 of the 2 GPU"):
+        await engine.check_health()
+    await engine._group.stop()
 
 
 def args(**values: object) -> AsyncEngineArgs:
