@@ -54,7 +54,7 @@ def write_ray_repository(root: Path) -> None:
         "pipeline_parallel_size": 2,
         "distributed_executor_backend": "ray",
         "enforce_eager": False,
-        "compilation_config": {"mode": 2, "backend": "eager"},
+        "compilation_config": {"mode": 2, "backend": "eager"},  # DYNAMO_TRACE_ONCE: see above
     }
     (version / "model.json").write_text(json.dumps(engine_args))
 
