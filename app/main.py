@@ -52,6 +52,7 @@ def vllm_engines(
         metrics_registry,
         cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
         report_all_metrics=settings.report_custom_metrics,
+        ray_address=settings.ray_address,
     )
     return engines, vllm_engine_args, engines.forget
 

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
     auth_open_health: bool = Field(True, description="Health routes answer without a key.")
     auth_open_metrics: bool = Field(True, description="/metrics answers without a key.")
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster that models with distributed_executor_backend 'ray' join "
+        "(RAY_ADDRESS, e.g. 10.0.0.5:6379); unset: vLLM starts Ray on this node.",
+    )
 
     @field_validator("api_keys", "cors_allow_origins", mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,11 @@ def vllm_engine_args(engine_args: dict[str, Any], path: Path) -> dict[str, Any]:
     problems = [f"'{key}'{did_you_mean(key, known)}" for key in sorted(set(upgraded) - known)]
     if problems:
         raise ModelConfigError(f"{path}: unknown vLLM engine arguments: {', '.join(problems)}")
+    if upgraded.get("distributed_executor_backend") == "ray" and importlib.util.find_spec("ray") is None:
+        raise ModelConfigError(
+            f"{path}: distributed_executor_backend 'ray' needs Ray, which is not installed "
+            "(the GPU image carries it; elsewhere: pip install -e '.[ray]')"
+        )
     return upgraded
 
 

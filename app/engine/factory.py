@@ -16,17 +16,26 @@ class VllmEngines:
     """Makes a `VllmEngine` per model version (an `EngineFactory`); their `vllm:` metrics
     are recorded when the model's config.pbtxt sets REPORT_CUSTOM_METRICS (or
     `report_all_metrics`), as in the backend, and kept across restarts and reloads until the
-    model is unloaded."""
+    model is unloaded. Models on vLLM's Ray executor join the Ray cluster at `ray_address`."""
 
-    def __init__(self, metrics_registry: CollectorRegistry, cpu_kvcache_space_gib: int, report_all_metrics: bool) -> None:
+    def __init__(
+        self,
+        metrics_registry: CollectorRegistry,
+        cpu_kvcache_space_gib: int,
+        report_all_metrics: bool,
+        ray_address: str | None = None,
+    ) -> None:
         self._provider = MetricsProvider(metrics_registry)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._report_all_metrics = report_all_metrics
+        self._ray_address = ray_address
 
     def __call__(self, spec: ModelSpec) -> InferenceEngine:
         report = self._report_all_metrics or spec.flag(REPORT_CUSTOM_METRICS)
         metrics = self._provider if report else None
-        return VllmEngine(spec, cpu_kvcache_space_gib=self._cpu_kvcache_space_gib, metrics=metrics)
+        return VllmEngine(
+            spec, cpu_kvcache_space_gib=self._cpu_kvcache_space_gib, metrics=metrics, ray_address=self._ray_address
+        )
 
     def forget(self, spec: ModelSpec) -> None:
         """Drop an unloaded model's `vllm:` series, as Triton does."""

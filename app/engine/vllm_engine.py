@@ -22,6 +22,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
 from app.engine.processes import engine_processes, kill_survivors
+from app.engine.ray_cluster import engine_group
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
 from app.repository.layout import ModelSpec
@@ -47,9 +48,11 @@ class VllmEngine:
         spec: ModelSpec,
         cpu_kvcache_space_gib: int = 2,
         metrics: MetricsProvider | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self._spec = spec
         self._args = AsyncEngineArgs(**spec.engine_args)
+        self._group = engine_group(self._args, ray_address)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
@@ -58,9 +61,15 @@ class VllmEngine:
         self._tokenizer: Any = None
 
     async def start(self) -> None:
-        """Build the engine in a worker thread. Cancelled meanwhile, the engine is still
-        built (a thread cannot be interrupted); `shutdown` waits for it and stops it."""
+        """Wait for the engine's Ray group to be whole (if on Ray), then build the engine in a
+        worker thread. Cancelled meanwhile, the engine is still built (a thread cannot be
+        interrupted); `shutdown` waits for it and stops it."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
+        try:
+            await self._group.start()
+        except BaseException:
+            await self._group.stop()
+            raise
         self._creating = asyncio.ensure_future(asyncio.to_thread(self._create))
         self._llm = await asyncio.shield(self._creating)
         self._processes = engine_processes(self._llm)
@@ -109,12 +118,13 @@ class VllmEngine:
             del llm, processor, handler
             kill_survivors(self._processes)
             return_freed_memory()
+        await self._group.stop()
         if self._metrics is not None:
             self._metrics.clear_load(self._spec.name, self._spec.version)
 
     @property
     def is_healthy(self) -> bool:
-        return self._llm is not None and not self._llm.errored
+        return self._llm is not None and not self._llm.errored and self._group.is_whole
 
     async def ping(self, timeout: float) -> None:
         """A round trip to the engine core (it answers between two steps)."""
@@ -156,6 +166,7 @@ class VllmEngine:
     async def check_health(self) -> None:
         if self._llm is None:
             raise EngineUnhealthyError()
+        self._group.check()
         try:
             await self._llm.check_health()
         except Exception as exc:

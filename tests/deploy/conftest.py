@@ -25,6 +25,7 @@ CASES: dict[str, tuple[Path, ...]] = {
     "gpu": (EXAMPLES / "values-gpu.yaml",),
     "multi-gpu": (EXAMPLES / "values-multi-gpu.yaml",),
     "all-features": (EXAMPLES / "values-all-features.yaml",),
+    "multi-node": (EXAMPLES / "values-multi-node.yaml",),
 }
 
 
@@ -66,8 +67,18 @@ def one(docs: tuple[dict[str, Any], ...], kind: str) -> dict[str, Any]:
     return doc
 
 
+def server_pod(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The spec of the pods that run the server: the Deployment's, or in multi-node mode the
+    LeaderWorkerSet's leader pods."""
+    deployments = find(docs, "Deployment")
+    if deployments:
+        (deployment,) = deployments
+        return deployment["spec"]["template"]["spec"]
+    return one(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+
+
 def container(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    (server,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (server,) = server_pod(docs)["containers"]
     return server
 
 
@@ -79,6 +90,6 @@ def env(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
 def model_repository_files(docs: tuple[dict[str, Any], ...]) -> dict[str, str]:
     """Files of the mounted model repository: path -> text, as the ConfigMap volume lays them."""
     data = one(docs, "ConfigMap")["data"]
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = server_pod(docs)
     (volume,) = [v for v in pod["volumes"] if v["name"] == "model-repository"]
     return {item["path"]: data[item["key"]] for item in volume["configMap"]["items"]}

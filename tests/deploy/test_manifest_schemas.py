@@ -13,8 +13,9 @@ from tests.deploy.conftest import CASES, render
 
 # The chart's kubeVersion floor (Chart.yaml) and the newest release the package knows.
 KUBERNETES_VERSIONS = ("1.25.0", schemas.latest_version())
-# Custom resources have no schema in the package; tests/deploy/test_chart.py checks them.
-CUSTOM_KINDS = {"ServiceMonitor"}
+# Custom resources have no schema in the package; tests/deploy/test_chart.py and
+# tests/deploy/test_multinode_chart.py check them.
+CUSTOM_KINDS = {"ServiceMonitor", "LeaderWorkerSet"}
 
 
 def check(doc: dict[str, Any], version: str) -> None:
