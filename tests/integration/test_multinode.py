@@ -38,6 +38,7 @@ GREEDY = {"temperature": 0, "max_tokens": 32}
 UNREADY_WITHIN_S = 60
 GCS_NODE_DEATH_S = 90
 REJOIN_S = 90
+RESTART_S = 240
 GROUP_LOST = "the Ray group lost a node"
 GROUP_WHOLE = "the Ray group is whole"
 RAY_WORKER_ACTOR = "RayWorkerProc"
@@ -132,8 +133,15 @@ def test_a_lost_worker_node_makes_the_model_unready(
     assert "unavailable" in response.json()["error"]
 
 
-def test_the_group_is_whole_again_when_a_node_rejoins(ray_cluster: LocalRayCluster, ray_server: RunningServer) -> None:
-    """The signal engine supervision waits for before it restarts a Ray engine."""
+def test_the_engine_comes_back_when_the_group_is_whole_again(
+    ray_cluster: LocalRayCluster, ray_server: RunningServer, ray_http: httpx.Client, http: httpx.Client
+) -> None:
+    """Supervision replaces the failed engine once a node rejoins: ready, with the same text."""
     assert wait_for(lambda: GROUP_LOST in ray_server.log_path.read_text(errors="replace"), GCS_NODE_DEATH_S, 0.5)
     ray_cluster.add_worker()
     assert wait_for(lambda: ray_server.log_path.read_text(errors="replace").count(GROUP_WHOLE) == 2, REJOIN_S, 0.5)
+    assert wait_for(lambda: ray_http.get("/v2/models/smollm2/ready").status_code == 200, RESTART_S, 1)
+    expected, _ = texts(http, PROMPTS[0])
+    assert texts(ray_http, PROMPTS[0]) == (expected, expected)
+    metrics = ray_http.get("/metrics").text
+    assert 'server_engine_restarts_total{model="smollm2",version="1"} 1.0' in metrics
