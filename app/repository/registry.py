@@ -55,6 +55,8 @@ class ModelRegistry:
         self._models: dict[str, dict[str, ServedModel]] = {}
         self._unloaded: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        self.draining = False
+        """True once a graceful shutdown began: frontends open no new streams."""
         for spec in load_repository(repository, only, check_engine_args):
             self._add(spec)
 
@@ -154,6 +156,7 @@ class ModelRegistry:
     async def drain(self) -> None:
         """For a graceful shutdown: every model stops admitting, lets running requests
         finish up to the drain timeout, then aborts the rest."""
+        self.draining = True
         await asyncio.gather(*(s.drain(ModelState.DRAINING, self._drain_timeout) for s in self))
 
     async def shutdown(self) -> None:

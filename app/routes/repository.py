@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from app.errors import ModelConfigError, ModelLoadError, ServerError
-from app.routes.dependencies import RegistryDep, optional_json_body
+from app.routes.dependencies import RegistryDep, RuntimeDep, optional_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
+from app.triton.repository import load_model as triton_load_model
 
-logger = logging.getLogger(__name__)
 router = APIRouter(tags=["models"])
 
 IndexBody = Annotated[RepositoryIndexRequest | None, Depends(optional_json_body(RepositoryIndexRequest))]
@@ -55,18 +53,10 @@ async def repository_index(
 )
 async def load_model(
     model_name: str,
-    registry: RegistryDep,
+    runtime: RuntimeDep,
     body: ControlBody,
 ) -> Response:
-    try:
-        await registry.load(model_name)
-    except ModelConfigError as exc:
-        raise ModelLoadError(str(exc)) from exc
-    except ServerError:
-        raise
-    except Exception as exc:
-        logger.exception("loading model '%s' failed", model_name)
-        raise ModelLoadError(f"load failed for model '{model_name}': {exc}") from exc
+    await triton_load_model(runtime.registry, runtime.statistics, model_name)
     return Response(status_code=200)
 
 

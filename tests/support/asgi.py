@@ -59,10 +59,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """The app under uvicorn in a thread, on a free port; yields its base URL."""
+def serve_in_thread(app: Any, side: Any = None) -> Iterator[str]:
+    """The app under uvicorn in a thread, on a free port; yields its base URL. A side server
+    (the gRPC frontend) runs in the same event loop, as `python -m app` runs it."""
+    from app.server import DrainingServer
+
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config) if side is None else DrainingServer(config, app, side)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
