@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from app.main import create_app, create_grpc_server
 from app.runtime import Runtime
 from app.settings import Settings
-from tests.support.asgi import free_port, serve_in_thread
+from tests.support.asgi import free_ports, serve_in_thread
 
 Result = tuple[Any, Any]
 """(InferResult or None, InferenceServerException or None), as the client's callback gets them."""
@@ -125,8 +125,8 @@ class GrpcApp:
 
 @contextmanager
 def serve_grpc_app(repository: Path, engine_factory: Callable[[Any], Any], **settings: Any) -> Iterator[GrpcApp]:
-    port = free_port()
+    http_port, port = free_ports(2)
     config = Settings(model_repository=repository, grpc_port=port, **settings)
     app = create_app(config, engine_factory=engine_factory)
-    with serve_in_thread(app, create_grpc_server(config, app.state.runtime)) as url:
+    with serve_in_thread(app, create_grpc_server(config, app.state.runtime), http_port) as url:
         yield GrpcApp(app, url, f"127.0.0.1:{port}")

@@ -138,7 +138,7 @@ def test_empty_final_response_when_the_client_asks(client: triton_grpc.Inference
 
 BAD_REQUESTS = [
     (dict(stream=True, exclude_input_in_output=False),
-     "When streaming, `exclude_input_in_output` = False is not allowed."),
+     "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."),
     (dict(model_name="nope"), "Request for unknown model: 'nope' is not found"),
     (dict(sampling_parameters={"max_tokens": "lots"}), "parameters.max_tokens: Input should be a valid integer"),
     (dict(sampling_parameters={"temprature": "0"}), "parameters.temprature: unknown sampling parameter"),
