@@ -21,9 +21,10 @@ from app.engine.engine_args import vllm_engine_args
 from app.paths import PROJECT_ROOT
 from app.repository.layout import ModelSpec, load_repository
 from bench import report
-from bench.machine import machine_info
 from bench.grpc_target import OursGrpcTarget
+from bench.machine import machine_info
 from bench.micro import MicroConfig, MicroStats, run_micro
+from bench.paired import run_paired
 from bench.progress import Progress
 from bench.servers import descendants, stop_all, stop_new_descendants
 from bench.stats import LevelStats, protocol_ratios, ratios, summarize
@@ -67,6 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("-n", "--max-tokens", type=int, default=64, help="new tokens per request (default: 64)")
     add("--no-warmup", dest="warmup", action="store_false", help="skip the warm-up round")
+    add("--no-pair", dest="pair", action="store_false", help="ours, ours-grpc: a server each")
     add("--model-repository", type=Path, default=PROJECT_ROOT / "configs" / "model_repository")
     add("--model", help="model of the repository (default: its first)")
     add("--ours-url", help="use this running server for `ours` instead of starting one")
@@ -209,9 +211,18 @@ async def run_all(
         tuple(args.concurrency), args.requests, args.min_requests, args.max_tokens, args.warmup
     )
     outcome = Outcome()
+    paired = paired_protocols(args)
     for name in args.targets:
+        if paired and name == "ours-grpc":
+            continue
         try:
-            if name in MICRO_PROTOCOLS:
+            if paired and name == "ours":
+                urls = (args.ours_url, args.ours_grpc_url) if args.ours_url else None
+                outcome.results += await run_paired(
+                    spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib,
+                    workload, progress, urls,
+                )
+            elif name in MICRO_PROTOCOLS:
                 config = MicroConfig(
                     tuple(args.micro_concurrency), args.micro_requests, args.max_tokens
                 )
@@ -231,6 +242,12 @@ async def run_all(
             outcome.failures[name] = f"{type(exc).__name__}: {exc}"
             progress.note(f"{name}: FAILED: {exc}")
     return outcome
+
+
+def paired_protocols(args: argparse.Namespace) -> bool:
+    """ours and ours-grpc run as a pair on one server (both started, or both URLs given)."""
+    both = {"ours", "ours-grpc"} <= set(args.targets)
+    return both and args.pair and bool(args.ours_url) == bool(args.ours_grpc_url)
 
 
 def render(outcome: Outcome, found: list, goals: list, grpc: list | None = None) -> str:

@@ -15,9 +15,9 @@ import grpc
 import grpc.aio
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from app.grpc.status import SHUTTING_DOWN_MESSAGE
 from app.observability.access_log import RequestLog, write_access_log
 from app.repository.registry import ModelRegistry
-from app.grpc.status import SHUTTING_DOWN_MESSAGE
 
 ACCESS_LOG_METHOD = "GRPC"
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
@@ -35,7 +35,10 @@ class GrpcMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ("grpc_service", "grpc_method", "grpc_code")
         self.handled = Counter(
-            "grpc_server_handled_total", "gRPC calls completed, by method and status code.", labels, registry=registry
+            "grpc_server_handled_total",
+            "gRPC calls completed, by method and status code.",
+            labels,
+            registry=registry,
         )
         self.handling_seconds = Histogram(
             "grpc_server_handling_seconds",
@@ -102,7 +105,9 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
     inference calls while draining), counts every call by status code, and writes one
     access-log line per unary call (a stream's requests log themselves)."""
 
-    def __init__(self, registry: ModelRegistry, metrics: GrpcMetrics, policy: AccessPolicy, log_prompts: bool) -> None:
+    def __init__(
+        self, registry: ModelRegistry, metrics: GrpcMetrics, policy: AccessPolicy, log_prompts: bool
+    ) -> None:
         self._registry = registry
         self._metrics = metrics
         self._policy = policy
@@ -128,7 +133,9 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
                 behavior, handler.request_deserializer, handler.response_serializer
             )
         if handler.stream_stream is not None:
-            behavior = self._observed(method, metadata, handler.stream_stream, refusal, log_call=refusal is not None)
+            behavior = self._observed(
+                method, metadata, handler.stream_stream, refusal, log_call=refusal is not None
+            )
             return grpc.stream_stream_rpc_method_handler(
                 behavior, handler.request_deserializer, handler.response_serializer
             )

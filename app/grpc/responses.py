@@ -54,7 +54,9 @@ class StreamResponses:
         message = service_pb2.ModelStreamInferResponse()
         infer = message.infer_response
         infer.CopyFrom(self._template)
-        infer.raw_output_contents.extend([encode_output(datatype, fields[name]) for name, datatype in self._outputs])
+        infer.raw_output_contents.extend(
+            [encode_output(datatype, fields[name]) for name, datatype in self._outputs]
+        )
         return message
 
     def empty_final(self) -> service_pb2.ModelStreamInferResponse:

@@ -53,7 +53,10 @@ class GrpcOptions:
             ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
             ("grpc.keepalive_permit_without_calls", int(self.keepalive_permit_without_calls)),
             ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", self.http2_min_recv_ping_interval_without_data_ms),
+            (
+                "grpc.http2.min_recv_ping_interval_without_data_ms",
+                self.http2_min_recv_ping_interval_without_data_ms,
+            ),
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
             ("grpc.so_reuseport", int(self.reuse_port)),
         ]

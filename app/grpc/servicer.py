@@ -106,7 +106,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         response = service_pb2.RepositoryIndexResponse()
         for entry in self._runtime.registry.index():
             if not request.ready or entry.state == "READY":
-                response.models.add(name=entry.name, version=entry.version or "", state=entry.state, reason=entry.reason)
+                response.models.add(
+                    name=entry.name, version=entry.version or "", state=entry.state, reason=entry.reason
+                )
         return response
 
     @answers_errors
@@ -130,7 +132,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         dependents = request.parameters.get("unload_dependents")
         if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "invalid value type for 'unload_dependents' parameter, expected bool_param."
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "invalid value type for 'unload_dependents' parameter, expected bool_param.",
             )
         await self._runtime.registry.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
@@ -168,3 +171,5 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
         status = health_pb2.HealthCheckResponse
         return status(status=status.SERVING if self._inference.server_ready() else status.NOT_SERVING)
+
+    Watch = not_supported("watching the health status")

@@ -20,7 +20,9 @@ from app.triton.model_config import BACKEND_INPUTS
 APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
 """config.pbtxt parameter: wrap prompts in the model's chat template unless a request says no."""
 PARAMETERS_FIELD = "parameters"
-STREAM_WITH_INPUT_MESSAGE = "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
+STREAM_WITH_INPUT_MESSAGE = (
+    "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
+)
 """The backend's text, as its CI checks it (the backend raises it inside its generation loop)."""
 INPUT_NAMES = frozenset(name for name, *_ in BACKEND_INPUTS)
 """The model's input names: a key inside `parameters` with one of these names is that input."""

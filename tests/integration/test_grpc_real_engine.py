@@ -4,6 +4,7 @@ sync and asyncio clients used as the vLLM backend's samples and CI tests use the
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import queue
 import signal
@@ -14,12 +15,19 @@ from pathlib import Path
 import httpx
 import pytest
 import tritonclient.grpc as triton_grpc
-from prometheus_client.parser import text_string_to_metric_families
 import tritonclient.grpc.aio as triton_grpc_aio
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.test_metrics_and_health import scrape
 from tests.support.servers import RunningServer, start_server
-from tests.support.triton_grpc import aio_stream_results, by_id, is_final, stream_results, text_of, vllm_request
+from tests.support.triton_grpc import (
+    aio_stream_results,
+    by_id,
+    is_final,
+    stream_results,
+    text_of,
+    vllm_request,
+)
 from tests.support.waiting import wait_for
 
 MODEL = "smollm2"
@@ -104,7 +112,7 @@ def test_every_additional_output_with_its_type(client: triton_grpc.InferenceServ
     reasons = [r.as_numpy("finish_reason")[0].decode() for r in results]
     assert reasons[:-1] == ["None"] * (len(results) - 1) and reasons[-1] == "length"
     cumulative = [float(r.as_numpy("cumulative_logprob")[0]) for r in results]
-    assert all(a != b for a, b in zip(cumulative, cumulative[1:]))
+    assert all(a != b for a, b in itertools.pairwise(cumulative))
     text = ""
     for result in results:
         assert result.as_numpy("cumulative_logprob").dtype.name == "float32"
@@ -228,7 +236,7 @@ def test_health_metadata_config_repository_and_statistics_rpcs(client: triton_gr
     assert client.is_model_ready(MODEL) and not client.is_model_ready("nope")
     assert "statistics" in client.get_server_metadata().extensions
     metadata = client.get_model_metadata(MODEL)
-    assert metadata.platform == "vllm" and [t.name for t in metadata.inputs][0] == "text_input"
+    assert metadata.platform == "vllm" and metadata.inputs[0].name == "text_input"
     config = client.get_model_config(MODEL).config
     assert config.model_transaction_policy.decoupled and config.max_batch_size == 0
     assert {t.name: t.optional for t in config.input}["stream"] is True

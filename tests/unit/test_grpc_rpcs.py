@@ -21,7 +21,14 @@ from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.asgi import free_port
 from tests.support.repository import write_model
-from tests.support.triton_grpc import GrpcApp, by_id, serve_grpc_app, stream_results, text_of, vllm_request
+from tests.support.triton_grpc import (
+    GrpcApp,
+    by_id,
+    serve_grpc_app,
+    stream_results,
+    text_of,
+    vllm_request,
+)
 from tests.support.waiting import wait_until
 
 

@@ -62,7 +62,7 @@ def test_requests_multiplexed_on_one_stream_echo_their_ids(client: triton_grpc.I
 
 def test_string_sampling_values_reach_the_engine_typed(client: triton_grpc.InferenceServerClient, engine: FakeEngine) -> None:
     sampling = {"temperature": "0.1", "top_p": "0.95", "max_tokens": "3", "ignore_eos": "true", "seed": "7"}
-    [(result, error)] = stream_results(client, [vllm_request("x", "a", sampling_parameters=sampling)])
+    [(_, error)] = stream_results(client, [vllm_request("x", "a", sampling_parameters=sampling)])
     assert error is None
     params = engine.requests[-1].sampling_params
     assert (params.temperature, params.top_p, params.max_tokens, params.ignore_eos, params.seed) == (0.1, 0.95, 3, True, 7)
@@ -137,13 +137,13 @@ def test_empty_final_response_when_the_client_asks(client: triton_grpc.Inference
 
 
 BAD_REQUESTS = [
-    (dict(stream=True, exclude_input_in_output=False),
+    ({"stream": True, "exclude_input_in_output": False},
      "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."),
-    (dict(model_name="nope"), "Request for unknown model: 'nope' is not found"),
-    (dict(sampling_parameters={"max_tokens": "lots"}), "parameters.max_tokens: Input should be a valid integer"),
-    (dict(sampling_parameters={"temprature": "0"}), "parameters.temprature: unknown sampling parameter"),
-    (dict(sampling_parameters={"lora_name": "doc"}), "LoRA feature is not enabled."),
-    (dict(outputs=["text"]), "unexpected inference output 'text' for model 'fake'"),
+    ({"model_name": "nope"}, "Request for unknown model: 'nope' is not found"),
+    ({"sampling_parameters": {"max_tokens": "lots"}}, "parameters.max_tokens: Input should be a valid integer"),
+    ({"sampling_parameters": {"temprature": "0"}}, "parameters.temprature: unknown sampling parameter"),
+    ({"sampling_parameters": {"lora_name": "doc"}}, "LoRA feature is not enabled."),
+    ({"outputs": ["text"]}, "unexpected inference output 'text' for model 'fake'"),
 ]
 
 
@@ -169,17 +169,17 @@ def raw_request(request_id: str, **tensors: tuple[str, list[int], bytes]) -> ser
 
 TEXT = ("BYTES", [1], b"\x01\x00\x00\x00x")
 BAD_TENSORS = [
-    (dict(text_input=TEXT, foo=("BOOL", [1], b"\x01")), "unexpected inference input 'foo' for model 'fake'"),
-    (dict(text_input=TEXT, stream=("BYTES", [1], b"\x01\x00\x00\x00x")),
+    ({"text_input": TEXT, "foo": ("BOOL", [1], b"\x01")}, "unexpected inference input 'foo' for model 'fake'"),
+    ({"text_input": TEXT, "stream": ("BYTES", [1], b"\x01\x00\x00\x00x")},
      "[request id: t] inference input 'stream' data-type is 'BYTES', but model 'fake' expects 'BOOL'"),
-    (dict(text_input=("BYTES", [2], b"\x01\x00\x00\x00x\x01\x00\x00\x00y")),
+    ({"text_input": ("BYTES", [2], b"\x01\x00\x00\x00x\x01\x00\x00\x00y")},
      "[request id: t] unexpected shape for input 'text_input' for model 'fake'. Expected [1], got [2]. "),
-    (dict(stream=("BOOL", [1], b"\x00")),
-     "[request id: t] expected number of inputs between 1 and 10 but got 1 inputs for model 'fake'. Got input(s) "
-     "['stream'], but missing required input(s) ['text_input']. Please provide all required input(s)."),
-    (dict(text_input=("BYTES", [1], b"\x09\x00\x00\x00x")), "input 'text_input': malformed BYTES tensor data"),
-    (dict(text_input=("BYTES", [1], b"\x01\x00\x00\x00\xff")), "input 'text_input': not valid UTF-8"),
-    (dict(text_input=TEXT, sampling_parameters=("BYTES", [1], b"\x03\x00\x00\x00{x}")),
+    ({"stream": ("BOOL", [1], b"\x00")},
+     ("[request id: t] expected number of inputs between 1 and 10 but got 1 inputs for model 'fake'. Got input(s) "
+      "['stream'], but missing required input(s) ['text_input']. Please provide all required input(s).")),
+    ({"text_input": ("BYTES", [1], b"\x09\x00\x00\x00x")}, "input 'text_input': malformed BYTES tensor data"),
+    ({"text_input": ("BYTES", [1], b"\x01\x00\x00\x00\xff")}, "input 'text_input': not valid UTF-8"),
+    ({"text_input": TEXT, "sampling_parameters": ("BYTES", [1], b"\x03\x00\x00\x00{x}")},
      "sampling_parameters: invalid JSON"),
 ]
 

@@ -10,8 +10,8 @@ import tritonclient.http as triton_http
 from fastapi.testclient import TestClient
 
 from app.core.timing import RequestTiming
-from app.observability.statistics import InferenceStatistics
 from app.main import create_app
+from app.observability.statistics import InferenceStatistics
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.asgi import serve_in_thread
