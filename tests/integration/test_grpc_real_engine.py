@@ -42,13 +42,15 @@ def client(server: RunningServer) -> Iterator[triton_grpc.InferenceServerClient]
         yield grpc_client
 
 
-async def sample_client(url: str, prompts_file: Path, results_file: Path, streaming: bool, exclude: bool) -> bool:
+async def sample_client(
+    url: str, prompts_file: Path, results_file: Path, streaming: bool, exclude: bool
+) -> dict[str, str]:
     """Written like the backend's samples/client.py: prompts read with readlines() (each keeps
     its newline), one stream for all of them, string-valued sampling parameters sent as the
-    tensor and as request parameters, the text appended per response id, a results file."""
+    tensor and as request parameters, the text appended per response id, a results file (in
+    the order the first responses came, as the sample writes it). The text of each id."""
     prompts = prompts_file.open().readlines()
     results: dict[str, list[str]] = {}
-    failed = False
 
     async def requests():  # type: ignore[no-untyped-def]
         for index, prompt in enumerate(prompts):
@@ -56,16 +58,13 @@ async def sample_client(url: str, prompts_file: Path, results_file: Path, stream
 
     async with triton_grpc_aio.InferenceServerClient(url=url) as client:
         async for result, error in client.stream_infer(inputs_iterator=requests()):
-            if error is not None:
-                print(f"Encountered error while processing: {error}")
-                failed = True
-                continue
+            assert error is None, f"Encountered error while processing: {error}"
             for element in result.as_numpy("text_output"):
                 results.setdefault(result.get_response().id, []).append(element.decode("utf-8"))
     with results_file.open("w") as file:
         for parts in results.values():
             file.write("".join(parts) + "\n" + "\n=========\n\n")
-    return not failed
+    return {request_id: "".join(parts) for request_id, parts in results.items()}
 
 
 def http_text(server: RunningServer, prompt: str, exclude: bool) -> str:
@@ -80,15 +79,16 @@ def test_sample_client_gets_the_http_text(server: RunningServer, tmp_path: Path,
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("".join(f"{p}\n" for p in SAMPLE_PROMPTS))
     results = tmp_path / "results.txt"
-    assert asyncio.run(sample_client(server.grpc_url, prompts, results, streaming, exclude))
-    texts = results.read_text().split("\n\n=========\n\n")[:-1]
-    expected = [http_text(server, f"{p}\n", exclude) + "\n" for p in SAMPLE_PROMPTS]
+    texts = asyncio.run(sample_client(server.grpc_url, prompts, results, streaming, exclude))
+    expected = {str(i): http_text(server, f"{p}\n", exclude) for i, p in enumerate(SAMPLE_PROMPTS)}
     assert texts == expected
-    assert all(text.strip() for text in texts)
+    assert all(text.strip() for text in texts.values())
+    assert results.read_text().count("\n=========\n\n") == len(SAMPLE_PROMPTS)
 
 
 def test_streaming_without_excluding_the_prompt_is_the_backend_error(client: triton_grpc.InferenceServerClient) -> None:
-    [(result, error)] = stream_results(client, [vllm_request("Hi", "1", True, GREEDY_STRINGS, MODEL)])
+    request = vllm_request("Hi", "1", True, GREEDY_STRINGS, MODEL, exclude_input_in_output=False)
+    [(result, error)] = stream_results(client, [request])
     assert result is None
     assert error.message() == "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
 
@@ -104,7 +104,8 @@ def test_sync_client_non_streaming_matches_http(server: RunningServer, client: t
 def test_every_additional_output_with_its_type(client: triton_grpc.InferenceServerClient) -> None:
     """As the backend's L0_additional_outputs_vllm checks them, streaming with logprobs."""
     request = vllm_request(
-        "In this example,", "", True, {"temperature": "0", "top_p": "1", "max_tokens": "12", "logprobs": 2}, MODEL,
+        "In this example,", "", True,
+        {"temperature": "0", "top_p": "1", "max_tokens": "12", "logprobs": 2, "apply_chat_template": "false"}, MODEL,
         exclude_input_in_output=True, outputs=None, return_finish_reason=True, return_cumulative_logprob=True,
         return_logprobs=True, return_num_input_tokens=True, return_num_output_tokens=True,
     )

@@ -173,13 +173,13 @@ def test_lora_over_grpc_and_inside_http_parameters_as_the_backend_ci(multi_serve
     sampling = {"temperature": "0", "top_p": "1", "max_tokens": "24", "apply_chat_template": "true"}
     lora = {**sampling, "lora_name": "doc"}
     with triton_grpc.InferenceServerClient(multi_server.grpc_url) as client:
-        requests = [vllm_request(PROMPT, "doc", sampling_parameters=lora, model_name="alpha", exclude_input_in_output=True),
-                    vllm_request(PROMPT, "plain", sampling_parameters=sampling, model_name="alpha",
-                                 exclude_input_in_output=True)]
-        for request in requests:
+        texts = {}
+        for name, values in (("doc", lora), ("plain", sampling)):  # one at a time: a batch of one, as HTTP's
+            request = vllm_request(PROMPT, name, sampling_parameters=values, model_name="alpha",
+                                   exclude_input_in_output=True)
             request["model_version"] = "1"
             request["parameters"] = sampling  # the CI sends the parameters without the LoRA
-        texts = {key: text_of(value) for key, value in by_id(stream_results(client, requests)).items()}
+            texts[name] = text_of(by_id(stream_results(client, [request]))[name])
         unknown = vllm_request("x", "u", sampling_parameters={"lora_name": "nope"}, model_name="alpha")
         disabled = vllm_request("x", "d", sampling_parameters={"lora_name": "doc"}, model_name="alpha")
         unknown["model_version"], disabled["model_version"] = "1", "2"
