@@ -60,7 +60,7 @@ $(MODEL_DIR)/.prepared: scripts/prepare_default_model.py | $(PROJECT_STAMP)
 	$(PY) scripts/prepare_default_model.py $(MODEL_DIR)
 
 serve: setup
-	@echo "[serve] starting on $(HOST):$(PORT) with the model repository configs/model_repository"
+	@echo "[serve] starting on $(HOST):$(PORT) (Triton's gRPC on port $${GRPC_PORT:-8001}) with the model repository configs/model_repository"
 	HOST=$(HOST) PORT=$(PORT) $(PY) -m app
 
 # helm and hadolint for the chart and Dockerfile checks in tests/deploy.
@@ -90,7 +90,7 @@ test-unit: setup
 test-integration: setup browser
 	$(PY) -m pytest tests/integration
 
-# `make bench`: engine vs ours vs vLLM's server, then the HTTP/SSE micro-benchmark (bench/).
+# `make bench`: engine vs ours (SSE and gRPC) vs vLLM's server, then the micro-benchmarks (bench/).
 BENCH_ARGS ?=
 $(VENV)/.bench-extra: pyproject.toml | $(PROJECT_STAMP)
 	$(PIP) install -q -e '.[bench]'

@@ -17,6 +17,7 @@ def parse_args(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--models", nargs="+", help="load only these models of the repository")
     parser.add_argument("--host", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    parser.add_argument("--grpc-port", type=int, help="Triton's gRPC protocol on this port (default 8001; 0: off)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     return {key: value for key, value in vars(args).items() if value is not None}
@@ -26,10 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = Settings(**parse_args(argv))  # type: ignore[arg-type]
     configure_logging(settings.log_level, settings.log_format)
-    from app.main import create_app
+    from app.main import create_app, create_grpc_server
     from app.server import serve
 
-    serve(create_app(settings), settings.host, settings.port, settings.log_level)
+    app = create_app(settings)
+    grpc_server = create_grpc_server(settings, app.state.runtime)
+    serve(app, settings.host, settings.port, settings.log_level, grpc_server)
 
 
 if __name__ == "__main__":

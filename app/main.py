@@ -15,14 +15,16 @@ from prometheus_fastapi_instrumentator import Instrumentator
 import app as package
 from app.core.limits import RequestLimits
 from app.core.service import GenerationService
+from app.grpc.server import GrpcOptions, GrpcServer
 from app.http.access_log import AccessLogMiddleware
 from app.http.errors import install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.observability.load_metrics import ModelLoadCollector
+from app.observability.statistics import InferenceStatistics, StatisticsCollector
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
 from app.repository.registry import EngineFactory, LifecycleOptions, ModelRegistry
 from app.repository.supervision import RestartPolicy
-from app.routes import generate, health, metrics, models, playground, repository
+from app.routes import generate, health, metrics, models, playground, repository, statistics
 from app.routes.docs import install_docs_and_static
 from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
 from app.runtime import Runtime
@@ -91,11 +93,39 @@ def build_runtime(settings: Settings, engine_factory: EngineFactory | None = Non
         on_unloaded=on_unloaded,
     )
     metrics_registry.register(ModelLoadCollector(registry))
+    inference_statistics = InferenceStatistics()
+    metrics_registry.register(StatisticsCollector(inference_statistics))
     generation = GenerationService(
         RequestLimits(max_tokens=settings.max_tokens_limit, max_n=settings.max_n),
         timeout_seconds=settings.request_timeout_seconds,
+        statistics=inference_statistics,
     )
-    return Runtime(registry=registry, generation=generation, metrics_registry=metrics_registry)
+    return Runtime(
+        registry=registry, generation=generation, metrics_registry=metrics_registry, statistics=inference_statistics
+    )
+
+
+def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | None:
+    """Triton's gRPC frontend on the HTTP app's runtime (None when GRPC_PORT is 0)."""
+    if not settings.grpc_port:
+        return None
+    options = GrpcOptions(
+        host=settings.host,
+        port=settings.grpc_port,
+        api_keys=tuple(settings.api_keys),
+        open_health=settings.auth_open_health,
+        log_prompts=settings.log_prompts,
+        max_receive_message_bytes=settings.grpc_max_receive_message_bytes or settings.max_request_body_bytes,
+        max_send_message_bytes=settings.grpc_max_send_message_bytes,
+        keepalive_time_ms=settings.grpc_keepalive_time_ms,
+        keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
+        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        http2_max_pings_without_data=settings.grpc_http2_max_pings_without_data,
+        http2_min_recv_ping_interval_without_data_ms=settings.grpc_http2_min_recv_ping_interval_without_data_ms,
+        http2_max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        reuse_port=settings.grpc_reuse_port,
+    )
+    return GrpcServer(runtime, options)
 
 
 def create_app(
@@ -133,7 +163,8 @@ def create_app(
     app.state.settings = settings
     app.state.runtime = runtime
     install_error_handlers(app)
-    for router in (generate.router, health.router, models.router, repository.router, metrics.router):
+    routers = (generate.router, health.router, statistics.router, models.router, repository.router, metrics.router)
+    for router in routers:  # statistics before models: /v2/models/stats is not a model's metadata
         app.include_router(router)
     app.include_router(playground.router)
     install_docs_and_static(app)

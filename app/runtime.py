@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from app.core.service import GenerationService
+from app.observability.statistics import InferenceStatistics
 from app.repository.registry import ModelRegistry
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """The model registry, the generation service and the metrics registry of this process."""
+    """The model registry, the generation service, the metrics registry and the inference
+    statistics of this process."""
 
     registry: ModelRegistry
     generation: GenerationService
     metrics_registry: CollectorRegistry
+    statistics: InferenceStatistics

@@ -1,31 +1,69 @@
-"""Runs the app under uvicorn with a graceful drain on SIGTERM / Ctrl-C."""
+"""Runs the app under uvicorn, and the gRPC frontend in the same event loop, with a graceful
+drain on SIGTERM / Ctrl-C."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+import socket
 from types import FrameType
+from typing import Protocol
 
 import uvicorn
 from fastapi import FastAPI
 
 logger = logging.getLogger(__name__)
 
+GRPC_GRACE_SECONDS = 5.0
+"""After the drain: how long gRPC calls still open may end on their own before they are cancelled."""
+
+
+class SideServer(Protocol):
+    """A server run beside uvicorn in its event loop (the gRPC frontend)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self, grace: float) -> None: ...
+
 
 class DrainingServer(uvicorn.Server):
     """A uvicorn server that drains before it stops.
 
-    First SIGTERM or SIGINT: readiness and new requests answer 503 while running requests
-    finish (up to the drain timeout; the rest are aborted with an error); then the engines
-    shut down and the process exits 0. A second signal stops at once.
+    First SIGTERM or SIGINT: readiness and new requests answer 503 (gRPC opens no new
+    streams) while running requests finish (up to the drain timeout; the rest are aborted
+    with an error); then the engines shut down and the process exits 0. A second signal
+    stops at once. Side servers start once the engines are up and stop before they stop.
     """
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI, side: SideServer | None = None) -> None:
         super().__init__(config)
         self._app = app
+        self._side = side
+        self._side_started = False
+        self.failed_side = False
         self._drain_task: asyncio.Task[None] | None = None
         self._draining = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (engines, then HTTP), then the side server; `started` only once
+        both listen."""
+        await super().startup(sockets)
+        if self._side is None or self.should_exit:
+            return
+        self.started = False
+        try:
+            await self._side.start()
+            self._side_started = True
+        except Exception:
+            logger.exception("the gRPC server could not start")
+            self.failed_side = self.should_exit = True
+        self.started = True
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._side is not None and self._side_started:
+            await self._side.stop(0 if self.force_exit else GRPC_GRACE_SECONDS)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining or self.should_exit:
@@ -48,7 +86,7 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve(app: FastAPI, host: str, port: int, log_level: str) -> None:
+def serve(app: FastAPI, host: str, port: int, log_level: str, side: SideServer | None = None) -> None:
     config = uvicorn.Config(
         app,
         host=host,
@@ -58,4 +96,7 @@ def serve(app: FastAPI, host: str, port: int, log_level: str) -> None:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    DrainingServer(config, app).run()
+    server = DrainingServer(config, app, side)
+    server.run()
+    if server.failed_side:
+        raise SystemExit(3)

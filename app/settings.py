@@ -93,6 +93,20 @@ class Settings(BaseSettings):
         description="Ray cluster that models with distributed_executor_backend 'ray' join "
         "(RAY_ADDRESS, e.g. 10.0.0.5:6379); unset: vLLM starts Ray on this node.",
     )
+    grpc_port: int = Field(8001, ge=0, le=65535, description="Triton's gRPC protocol on this port; 0 disables it.")
+    grpc_max_receive_message_bytes: int | None = Field(
+        None, ge=1024, description="Largest gRPC request message; default MAX_REQUEST_BODY_BYTES."
+    )
+    grpc_max_send_message_bytes: int = Field(2**31 - 1, ge=1024, description="Largest gRPC response message.")
+    grpc_keepalive_time_ms: int = Field(7_200_000, ge=1, description="Interval of the server's keepalive pings.")
+    grpc_keepalive_timeout_ms: int = Field(20_000, ge=1, description="Wait for a ping's answer before closing.")
+    grpc_keepalive_permit_without_calls: bool = Field(False, description="Ping connections that have no call.")
+    grpc_http2_max_pings_without_data: int = Field(2, ge=0, description="Pings sent with no data in between.")
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = Field(
+        300_000, ge=0, description="Shortest interval of client pings without data that is not a strike."
+    )
+    grpc_http2_max_ping_strikes: int = Field(2, ge=0, description="Strikes before the connection is closed.")
+    grpc_reuse_port: bool = Field(False, description="SO_REUSEPORT: several processes share GRPC_PORT.")
 
     @field_validator("api_keys", "cors_allow_origins", mode="before")
     @classmethod

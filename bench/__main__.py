@@ -1,5 +1,6 @@
-"""`python -m bench`: the same streaming workload against engine, ours and vllm-openai in one
-run, then the engine-free micro-benchmark of our HTTP/SSE layer. `make bench` runs the defaults.
+"""`python -m bench`: the same streaming workload against engine, ours (HTTP/SSE), ours-grpc
+(Triton's gRPC stream) and vllm-openai in one run, then the engine-free micro-benchmark of our
+HTTP/SSE and gRPC layers. `make bench` runs the defaults.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from app.engine.engine_args import vllm_engine_args
 from app.paths import PROJECT_ROOT
 from app.repository.layout import ModelSpec, load_repository
 from bench import report
+from bench.grpc_target import OursGrpcTarget
 from bench.machine import machine_info
 from bench.micro import MicroConfig, MicroStats, run_micro
+from bench.paired import run_paired
 from bench.progress import Progress
 from bench.servers import descendants, stop_all, stop_new_descendants
-from bench.stats import LevelStats, ratios, summarize
+from bench.stats import LevelStats, protocol_ratios, ratios, summarize
 from bench.targets import (
     EngineTarget,
     OursTarget,
@@ -34,7 +37,8 @@ from bench.targets import (
 )
 from bench.workload import Workload, prompts, run_level
 
-TARGETS = ("engine", "ours", "vllm-openai", "micro")
+TARGETS = ("engine", "ours", "ours-grpc", "vllm-openai", "micro", "micro-grpc")
+MICRO_PROTOCOLS = {"micro": "sse", "micro-grpc": "grpc"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,9 +68,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("-n", "--max-tokens", type=int, default=64, help="new tokens per request (default: 64)")
     add("--no-warmup", dest="warmup", action="store_false", help="skip the warm-up round")
+    add("--no-pair", dest="pair", action="store_false", help="ours, ours-grpc: a server each")
     add("--model-repository", type=Path, default=PROJECT_ROOT / "configs" / "model_repository")
     add("--model", help="model of the repository (default: its first)")
     add("--ours-url", help="use this running server for `ours` instead of starting one")
+    add("--ours-grpc-url", help="use this running server's gRPC port (host:port) for `ours-grpc`")
     add("--vllm-url", help="use this running vLLM server for `vllm-openai`")
     add("--kvcache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE (default: 2)")
     add(
@@ -140,10 +146,23 @@ def make_target(name: str, args: argparse.Namespace, spec: ModelSpec, log_dir: P
             else ours_server(spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib)
         )
         return OursTarget(spec.name, args.ours_url, server, connections)
+    if name == "ours-grpc":
+        return grpc_target(args, spec, log_dir)
     server = (
         None if args.vllm_url else vllm_openai_server(spec, PROJECT_ROOT, log_dir, args.kvcache_gib)
     )
     return VllmOpenAITarget(served, args.vllm_url, server, connections)
+
+
+def grpc_target(args: argparse.Namespace, spec: ModelSpec, log_dir: Path) -> OursGrpcTarget:
+    """`python -m app` started as for `ours`, driven through its gRPC port."""
+    if args.ours_grpc_url:
+        return OursGrpcTarget(spec.name, args.ours_grpc_url, None)
+    server = ours_server(
+        spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib, "ours-grpc"
+    )
+    assert server.grpc_url is not None
+    return OursGrpcTarget(spec.name, server.grpc_url, server)
 
 
 def served_name(spec: ModelSpec) -> str:
@@ -192,15 +211,30 @@ async def run_all(
         tuple(args.concurrency), args.requests, args.min_requests, args.max_tokens, args.warmup
     )
     outcome = Outcome()
+    paired = paired_protocols(args)
     for name in args.targets:
+        if paired and name == "ours-grpc":
+            continue
         try:
-            if name == "micro":
+            if paired and name == "ours":
+                urls = (args.ours_url, args.ours_grpc_url) if args.ours_url else None
+                outcome.results += await run_paired(
+                    spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib,
+                    workload, progress, urls,
+                )
+            elif name in MICRO_PROTOCOLS:
                 config = MicroConfig(
                     tuple(args.micro_concurrency), args.micro_requests, args.max_tokens
                 )
-                progress.note("micro: our app with an engine double that never waits")
-                outcome.micro = await run_micro(
-                    config, spec.name, args.model_repository, PROJECT_ROOT, log_dir, progress.level
+                progress.note(f"{name}: our app with an engine double that never waits")
+                outcome.micro += await run_micro(
+                    config,
+                    spec.name,
+                    args.model_repository,
+                    PROJECT_ROOT,
+                    log_dir,
+                    progress.level,
+                    MICRO_PROTOCOLS[name],
                 )
             else:
                 outcome.results += await run_target(name, args, spec, workload, progress, log_dir)
@@ -210,15 +244,23 @@ async def run_all(
     return outcome
 
 
-def render(outcome: Outcome, found: list, goals: list) -> str:
+def paired_protocols(args: argparse.Namespace) -> bool:
+    """ours and ours-grpc run as a pair on one server (both started, or both URLs given)."""
+    both = {"ours", "ours-grpc"} <= set(args.targets)
+    return both and args.pair and bool(args.ours_url) == bool(args.ours_grpc_url)
+
+
+def render(outcome: Outcome, found: list, goals: list, grpc: list | None = None) -> str:
     parts = []
     if outcome.results:
         parts += ["Streaming workload", report.results_table(outcome.results)]
     if found:
         parts += ["Ratios", report.ratios_table(found)]
+    if grpc:
+        parts += ["gRPC stream vs SSE", report.grpc_table(grpc)]
     if outcome.micro:
         parts += [
-            "Micro-benchmark (HTTP/SSE layer, engine double)",
+            "Micro-benchmark (HTTP/SSE and gRPC layers, engine double)",
             report.micro_table(outcome.micro),
         ]
     if goals:
@@ -248,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         stop_all()
         stop_new_descendants(before)
     found = ratios(outcome.results)
-    goals = report.checks(found, outcome.micro)
-    print(render(outcome, found, goals))
+    grpc = protocol_ratios(outcome.results)
+    goals = report.checks(found, outcome.micro, grpc)
+    print(render(outcome, found, goals, grpc))
     payload = {
         "started": stamp,
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
@@ -258,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload": {k: v for k, v in vars(args).items() if not isinstance(v, Path)},
         "results": [s.to_dict() for s in outcome.results],
         "ratios": [r.to_dict() for r in found],
+        "grpc_vs_sse": [r.to_dict() for r in grpc],
         "micro": [m.to_dict() for m in outcome.micro],
         "targets": goals,
         "failures": outcome.failures,

@@ -1,7 +1,8 @@
-"""Engine-free micro-benchmark of our HTTP/SSE layer: SSE events/s and server CPU per event.
+"""Engine-free micro-benchmark of our HTTP/SSE layer (and of the gRPC frontend): streamed
+responses per second and server CPU per response.
 
-The app runs under uvicorn in its own process with `FastEngine`, which never waits; this
-process is the load generator. Server CPU time (user + system, all threads) is read with
+The app runs under uvicorn (with its gRPC server in the same loop for `grpc`) in its own
+process with `FastEngine`, which never waits; this process is the load generator. Server CPU time (user + system, all threads) is read with
 psutil before and after each level, so the figure is the server's own cost per event
 whatever the speed of the client.
 """
@@ -16,7 +17,8 @@ from typing import Any
 
 import psutil
 
-from bench.servers import ServerProcess, free_port, server_env
+from bench.grpc_target import OursGrpcTarget
+from bench.servers import ServerProcess, free_ports, server_env
 from bench.targets import OursTarget
 from bench.workload import LevelRun, RequestRecord, prompts, run_level
 
@@ -47,13 +49,17 @@ class MicroStats:
     server_cpu_share: float
     client_us_per_event: float
     first_error: str | None = None
+    protocol: str = "sse"
+    """`sse`: one SSE event per token; `grpc`: one ModelStreamInfer response per token."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def micro_server(model: str, repository: Path, root: Path, log_dir: Path) -> ServerProcess:
-    port = free_port()
+def micro_server(
+    model: str, repository: Path, root: Path, log_dir: Path, grpc: bool = False
+) -> ServerProcess:
+    port, grpc_port = free_ports(2)
     argv = [
         sys.executable,
         "-m",
@@ -66,15 +72,18 @@ def micro_server(model: str, repository: Path, root: Path, log_dir: Path) -> Ser
         "127.0.0.1",
         "--port",
         str(port),
+        *(["--grpc-port", str(grpc_port)] if grpc else []),
     ]
+    name = "micro-grpc" if grpc else "micro"
     return ServerProcess(
-        "micro",
+        name,
         argv,
         f"http://127.0.0.1:{port}",
         "/v2/health/ready",
-        log_dir / "micro.log",
+        log_dir / f"{name}.log",
         server_env(HF_HUB_OFFLINE="1"),
         root,
+        grpc_url=f"127.0.0.1:{grpc_port}" if grpc else None,
     )
 
 
@@ -85,7 +94,7 @@ def cpu_seconds(process: psutil.Process) -> tuple[float, float]:
 
 
 def micro_stats(
-    run: LevelRun, server_cpu: float, server_system: float, client_cpu: float
+    run: LevelRun, server_cpu: float, server_system: float, client_cpu: float, protocol: str = "sse"
 ) -> MicroStats:
     failed = [r for r in run.records if r.error is not None]
     events = sum(len(r.counts) for r in run.records)
@@ -103,6 +112,7 @@ def micro_stats(
         server_cpu_share=round(server_cpu / max(run.seconds, 1e-9), 3),
         client_us_per_event=round(client_cpu * per_event, 2),
         first_error=failed[0].error if failed else None,
+        protocol=protocol,
     )
 
 
@@ -113,10 +123,18 @@ async def run_micro(
     root: Path,
     log_dir: Path,
     progress: Callable[[str, int, int], Callable[[RequestRecord], None]],
+    protocol: str = "sse",
 ) -> list[MicroStats]:
     """Start the app with `FastEngine`, warm it up, then measure each concurrency level."""
-    server = micro_server(model, repository, root, log_dir)
-    target = OursTarget(model, None, server, max(config.concurrency))
+    target: OursTarget | OursGrpcTarget
+    if protocol == "grpc":
+        server = micro_server(model, repository, root, log_dir, grpc=True)
+        assert server.grpc_url is not None
+        target = OursGrpcTarget(model, server.grpc_url, server)
+    else:
+        server = micro_server(model, repository, root, log_dir)
+        target = OursTarget(model, None, server, max(config.concurrency))
+    label = "micro" if protocol == "sse" else f"micro-{protocol}"
     results = []
     async with target:
         source: Iterator[str] = prompts("micro ")
@@ -126,7 +144,7 @@ async def run_micro(
         server_process, client_process = psutil.Process(server.pid), psutil.Process()
         for concurrency in config.concurrency:
             per_client = config.requests_per_client(concurrency)
-            on_request = progress("micro", concurrency, per_client * concurrency)
+            on_request = progress(label, concurrency, per_client * concurrency)
             server_before, client_before = cpu_seconds(server_process), cpu_seconds(client_process)
             run = await run_level(
                 target.stream, concurrency, per_client, config.max_tokens, source, on_request
@@ -138,6 +156,7 @@ async def run_micro(
                     server_after[0] - server_before[0],
                     server_after[1] - server_before[1],
                     client_after[0] - client_before[0],
+                    protocol,
                 )
             )
     return results

@@ -32,6 +32,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (held open together, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def server_env(**extra: str) -> dict[str, str]:
     """This process's environment for a server, without the bench's own vLLM log settings."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_CONFIG_PATH"}
@@ -51,8 +63,11 @@ class ServerProcess:
         log_path: Path,
         env: dict[str, str],
         cwd: Path,
+        grpc_url: str | None = None,
     ) -> None:
         self.name = name
+        self.grpc_url = grpc_url
+        """host:port of its gRPC frontend, when it has one."""
         self.argv = argv
         self.base_url = base_url
         self.ready_url = base_url + ready_path

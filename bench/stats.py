@@ -119,3 +119,23 @@ def divide(a: float | None, b: float | None) -> float | None:
 
 def subtract(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 2)
+
+
+def protocol_ratios(results: Sequence[LevelStats], grpc: str = "ours-grpc", sse: str = "ours") -> list[Ratio]:
+    """Our gRPC stream against our SSE stream (same server, same workload), per concurrency."""
+    by_key = {(s.target, s.concurrency): s for s in results}
+    found = []
+    for (target, concurrency), mine in sorted(by_key.items(), key=lambda item: item[0][1]):
+        other = by_key.get((sse, concurrency))
+        if target != grpc or other is None:
+            continue
+        found.append(
+            Ratio(
+                concurrency=concurrency,
+                versus=sse,
+                tokens_per_s=divide(mine.tokens_per_s, other.tokens_per_s),
+                ttft_p50=divide(mine.ttft_ms_p50, other.ttft_ms_p50),
+                ttft_p50_delta_ms=subtract(mine.ttft_ms_p50, other.ttft_ms_p50),
+            )
+        )
+    return found

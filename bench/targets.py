@@ -21,7 +21,7 @@ import httpx
 import psutil
 
 from app.repository.layout import ModelSpec
-from bench.servers import ServerProcess, free_port, reap, server_env
+from bench.servers import ServerProcess, free_port, free_ports, reap, server_env
 
 REQUEST_TIMEOUT_S = 600
 
@@ -214,10 +214,15 @@ class VllmOpenAITarget(HttpTarget):
 
 
 def ours_server(
-    spec: ModelSpec, repository: Path, root: Path, log_dir: Path, kvcache_gib: int
+    spec: ModelSpec,
+    repository: Path,
+    root: Path,
+    log_dir: Path,
+    kvcache_gib: int,
+    name: str = "ours",
 ) -> ServerProcess:
-    """`python -m app`, as `make serve` runs it, on a free local port."""
-    port = free_port()
+    """`python -m app`, as `make serve` runs it (HTTP and gRPC), on free local ports."""
+    port, grpc_port = free_ports(2)
     argv = [
         sys.executable,
         "-m",
@@ -230,15 +235,18 @@ def ours_server(
         "127.0.0.1",
         "--port",
         str(port),
+        "--grpc-port",
+        str(grpc_port),
     ]
     return ServerProcess(
-        "ours",
+        name,
         argv,
         f"http://127.0.0.1:{port}",
         "/v2/health/ready",
-        log_dir / "ours.log",
+        log_dir / f"{name}.log",
         server_env(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(kvcache_gib)),
         root,
+        grpc_url=f"127.0.0.1:{grpc_port}",
     )
 
 

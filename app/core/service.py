@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from app.core.chunks import merge_chunks
 from app.core.limits import RequestLimits, check_request
+from app.core.timing import RequestTiming, StatisticsRecorder
 from app.core.types import GenerationChunk, GenerationObserver, GenerationRequest, ServingModel
 from app.errors import RequestTimeoutError
 
@@ -18,9 +19,15 @@ class GenerationService:
     outputs: a delta chunk per engine step when `request.stream`, else exactly one chunk
     with the whole output. Frontends only format what it yields."""
 
-    def __init__(self, limits: RequestLimits | None = None, timeout_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        limits: RequestLimits | None = None,
+        timeout_seconds: float | None = None,
+        statistics: StatisticsRecorder | None = None,
+    ) -> None:
         self.limits = limits or RequestLimits()
         self.timeout_seconds = timeout_seconds
+        self.statistics = statistics
 
     def generate(
         self,
@@ -36,30 +43,59 @@ class GenerationService:
     async def _stream(
         self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
     ) -> AsyncIterator[GenerationChunk]:
-        async with model.admit(request.request_id):
-            chunks = self._start(model, request)
-            try:
-                async for chunk in chunks:
-                    if observer is not None:
-                        observe(observer, chunk)
-                    yield chunk
-            finally:
-                await chunks.aclose()  # type: ignore[attr-defined]
+        timing = RequestTiming(model.name, model.version)
+        try:
+            async with model.admit(request.request_id):
+                timing.admitted()
+                chunks = self._start(model, request)
+                try:
+                    async for chunk in chunks:
+                        timing.chunk()
+                        if observer is not None:
+                            observe(observer, chunk)
+                        held = time.perf_counter_ns()
+                        yield chunk
+                        timing.output_ns += time.perf_counter_ns() - held
+                finally:
+                    await chunks.aclose()  # type: ignore[attr-defined]
+        except Exception:
+            timing.failed = True
+            raise
+        finally:
+            self._record(timing)
 
     async def _one_response(
         self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
     ) -> AsyncIterator[GenerationChunk]:
-        async with model.admit(request.request_id):
-            chunks = self._start(model, request)
-            collected = []
-            try:
-                async for chunk in chunks:
-                    if observer is not None:
-                        observe(observer, chunk)
-                    collected.append(chunk)
-            finally:
-                await chunks.aclose()  # type: ignore[attr-defined]
-        yield merge_chunks(collected, request.n)  # after admission: an aborted request raises there
+        timing = RequestTiming(model.name, model.version)
+        try:
+            async with model.admit(request.request_id):
+                timing.admitted()
+                chunks = self._start(model, request)
+                collected = []
+                try:
+                    async for chunk in chunks:
+                        timing.chunk()
+                        if observer is not None:
+                            observe(observer, chunk)
+                        collected.append(chunk)
+                finally:
+                    await chunks.aclose()  # type: ignore[attr-defined]
+            held = time.perf_counter_ns()
+            yield merge_chunks(collected, request.n)  # after admission: an aborted request raises there
+            timing.output_ns += time.perf_counter_ns() - held
+        except Exception:
+            timing.failed = True
+            raise
+        finally:
+            self._record(timing)
+
+    def _record(self, timing: RequestTiming) -> None:
+        """Statistics of an ended request: an error is a failure; one the client closed early
+        is not (as in Triton, where only the backend's own errors count as failures)."""
+        if self.statistics is not None:
+            timing.finish()
+            self.statistics.record_request(timing)
 
     def _start(self, model: ServingModel, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Check the admitted request against the limits and the engine, then start it."""

@@ -77,6 +77,8 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self.restarts: dict[tuple[str, str], int] = {}
         """Engine restarts per (model, version) since the server started."""
+        self.draining = False
+        """True once a graceful shutdown began: frontends open no new streams."""
         for spec in load_repository(repository, only, check_engine_args):
             served = self._new(spec)
             self._models.setdefault(spec.name, {})[spec.version] = served
@@ -217,6 +219,7 @@ class ModelRegistry:
     async def drain(self) -> None:
         """For a graceful shutdown: every model stops admitting, lets running requests
         finish up to the drain timeout, then aborts the rest."""
+        self.draining = True
         served_versions = list(self)
         await self._stop_supervising(served_versions)
         await asyncio.gather(*(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions))

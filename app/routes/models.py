@@ -7,21 +7,18 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-import app as package
 from app.routes.dependencies import RegistryDep
 from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
 from app.triton.model_config import config_json, metadata_json
+from app.triton.server_metadata import server_metadata as triton_server_metadata
 
 router = APIRouter(tags=["models"])
-
-SERVER_NAME = "triton-vllm-generate"
-EXTENSIONS = ["model_repository", "model_configuration", "generate"]
 
 
 @router.get("/v2", summary="Server metadata", response_model=ServerMetadata)
 async def server_metadata() -> dict[str, Any]:
-    return {"name": SERVER_NAME, "version": package.__version__, "extensions": EXTENSIONS}
+    return triton_server_metadata()
 
 
 @router.get(

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from app.errors import InvalidRequestError, ModelConfigError, ModelLoadError, ServerError
+from app.errors import InvalidRequestError
 from app.repository.overrides import FILE_PREFIX, parse_override
-from app.routes.dependencies import RegistryDep, optional_json_body
+from app.routes.dependencies import RegistryDep, RuntimeDep, optional_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
+from app.triton.repository import load_model as triton_load_model
 
-logger = logging.getLogger(__name__)
 router = APIRouter(tags=["models"])
 
 IndexBody = Annotated[RepositoryIndexRequest | None, Depends(optional_json_body(RepositoryIndexRequest))]
@@ -58,21 +57,13 @@ async def repository_index(
 )
 async def load_model(
     model_name: str,
-    registry: RegistryDep,
+    runtime: RuntimeDep,
     body: ControlBody,
 ) -> Response:
     """Triton's overrides are taken: `parameters.config` (the model configuration as JSON)
     and `parameters["file:<version>/<name>"]` (base64 file contents, with `config`)."""
     override = parse_override(decoded_files(body.parameters or {})) if body is not None else None
-    try:
-        await registry.load(model_name, override)
-    except ModelConfigError as exc:
-        raise ModelLoadError(str(exc)) from exc
-    except ServerError:
-        raise
-    except Exception as exc:
-        logger.exception("loading model '%s' failed", model_name)
-        raise ModelLoadError(f"load failed for model '{model_name}': {exc}") from exc
+    await triton_load_model(runtime.registry, runtime.statistics, model_name, override)
     return Response(status_code=200)
 
 

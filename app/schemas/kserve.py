@@ -14,7 +14,7 @@ class ServerMetadata(BaseModel):
                 {
                     "name": "triton-vllm-generate",
                     "version": "0.1.0",
-                    "extensions": ["model_repository", "model_configuration", "generate"],
+                    "extensions": ["model_repository", "model_configuration", "generate", "statistics"],
                 }
             ]
         }

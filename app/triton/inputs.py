@@ -15,11 +15,17 @@ from app.errors import InvalidRequestError
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest, SamplingParameters
 from app.schemas.validation import validate_data
+from app.triton.model_config import BACKEND_INPUTS
 
 APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
 """config.pbtxt parameter: wrap prompts in the model's chat template unless a request says no."""
 PARAMETERS_FIELD = "parameters"
-STREAM_WITH_INPUT_MESSAGE = "When streaming, `exclude_input_in_output` = False is not allowed."
+STREAM_WITH_INPUT_MESSAGE = (
+    "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
+)
+"""The backend's text, as its CI checks it (the backend raises it inside its generation loop)."""
+INPUT_NAMES = frozenset(name for name, *_ in BACKEND_INPUTS)
+"""The model's input names: a key inside `parameters` with one of these names is that input."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +70,7 @@ class TritonRequest:
 
 def triton_request(body: GenerateRequest, model: ServedModel, policy: StreamPolicy) -> TritonRequest:
     """Read the request as the backend does; every invalid input is a 400 naming its field."""
+    body = lift_inputs(body)
     parameters = collect_parameters(body)
     stream = first_set(body.stream, parameters.pop("stream", None), policy.default)
     if stream and policy.refusal:
@@ -97,6 +104,23 @@ def triton_request(body: GenerateRequest, model: ServedModel, policy: StreamPoli
         parameters_field=PARAMETERS_FIELD,
     )
     return TritonRequest(generation, body.text_input, prepend_input, outputs, logprobs_requested)
+
+
+def lift_inputs(body: GenerateRequest) -> GenerateRequest:
+    """Triton's mapping of the generate extension: a key inside `parameters` that names a
+    model input (`exclude_input_in_output`, `return_logprobs`, ...) is that input, not a
+    sampling parameter. `stream` stays where the schema reads it (both places mean the same)."""
+    extra = body.parameters.model_extra if body.parameters is not None else None
+    lifted = {key: value for key, value in (extra or {}).items() if key in INPUT_NAMES}
+    if not lifted or body.parameters is None:
+        return body
+    for key in lifted:
+        if key == "text_input" or getattr(body, key) is not None:
+            raise InvalidRequestError(f"{PARAMETERS_FIELD}.{key}: also given as the input '{key}'")
+    inputs = validate_data(GenerateRequest, {"text_input": body.text_input, **lifted}, PARAMETERS_FIELD)
+    parameters = body.parameters.model_copy()
+    parameters.__pydantic_extra__ = {k: v for k, v in (extra or {}).items() if k not in lifted}
+    return body.model_copy(update={"parameters": parameters, **{key: getattr(inputs, key) for key in lifted}})
 
 
 def first_set(*values: Any) -> Any:

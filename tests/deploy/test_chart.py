@@ -54,7 +54,9 @@ def test_termination_grace_exceeds_prestop_and_drain(case: str) -> None:
     assert pod["terminationGracePeriodSeconds"] > drain + int(pre_stop[1])
 
 
-@pytest.mark.parametrize(("case", "in_place"), [("default", "false"), ("gpu", "true"), ("multi-gpu", "true")])
+@pytest.mark.parametrize(
+    ("case", "in_place"), [("default", "false"), ("gpu", "true"), ("multi-gpu", "true"), ("multi-node", "true")]
+)
 def test_engine_restart_policy_and_reload_mode_reach_the_server(case: str, in_place: str) -> None:
     variables = env(render(case))
     assert variables["ENGINE_RESTART"] == "true" and variables["ENGINE_RESTART_MAX"] == "5"
@@ -145,15 +147,24 @@ def test_weights_are_mounted_read_only_where_model_json_points(case: str, source
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_service_exposes_http_and_metrics(case: str) -> None:
+def test_service_exposes_http_grpc_and_metrics(case: str) -> None:
     docs = render(case)
     ports = {p["name"]: p for p in one(docs, "Service")["spec"]["ports"]}
-    assert set(ports) == {"http", "metrics"}
+    assert set(ports) == {"http", "grpc", "metrics"}
     container_ports = {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
     assert ports["http"]["targetPort"] in container_ports
+    assert ports["grpc"]["targetPort"] in container_ports and ports["grpc"]["port"] == 8001
     assert ports["metrics"]["targetPort"] in container_ports
     assert int(env(docs)["METRICS_PORT"]) == container_ports["metrics"] == 8002
     assert int(env(docs)["PORT"]) == container_ports["http"] == 8000
+    assert int(env(docs)["GRPC_PORT"]) == container_ports["grpc"] == 8001
+
+
+def test_no_grpc_port_when_grpc_is_off() -> None:
+    docs = render("default", ("server.grpcPort=0",))
+    assert "grpc" not in {p["name"] for p in one(docs, "Service")["spec"]["ports"]}
+    assert "grpc" not in {p["name"] for p in container(docs)["ports"]}
+    assert env(docs)["GRPC_PORT"] == "0"
 
 
 def test_metrics_on_the_main_port_when_no_metrics_port() -> None:

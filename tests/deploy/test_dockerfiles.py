@@ -118,7 +118,8 @@ def test_image_settings_volumes_and_ports(variant: str) -> None:
     assert env["HF_HOME"].startswith("/cache/")
     volumes = json.loads(args_of(steps, "VOLUME")[-1])
     assert {"/model_repository", "/cache"} <= set(volumes)
-    assert args_of(steps, "EXPOSE") == ["8000 8002"]
+    assert args_of(steps, "EXPOSE") == ["8000 8001 8002"]
+    assert (env["PORT"], env["GRPC_PORT"], env["METRICS_PORT"]) == ("8000", "8001", "8002")
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert env["MODEL_REPOSITORY"] == values["modelRepository"]["mountPath"]
     assert values["cache"]["mountPath"] == "/cache"

@@ -17,10 +17,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
 from app.paths import PROJECT_ROOT
 from tests.support.servers import RunningServer, start_server
+from tests.support.triton_grpc import by_id, stream_results, text_of, vllm_request
 
 MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 PROMPT = "What is Triton Inference Server?"
@@ -134,7 +136,9 @@ def test_lora_errors_match_the_backend(multi_server: RunningServer) -> None:
 def test_tritonclient_against_real_engines(triton: triton_http.InferenceServerClient) -> None:
     assert triton.is_server_live() and triton.is_server_ready()
     assert triton.is_model_ready("alpha", "1") and triton.is_model_ready("alpha", "2")
-    assert triton.get_server_metadata()["extensions"] == ["model_repository", "model_configuration", "generate"]
+    assert triton.get_server_metadata()["extensions"] == [
+        "model_repository", "model_configuration", "generate", "statistics"
+    ]
     assert triton.get_model_metadata("alpha")["versions"] == ["1", "2"]
     assert triton.get_model_config("alpha")["model_transaction_policy"] == {"decoupled": True}
     index = {(e["name"], e.get("version")): e["state"] for e in triton.get_model_repository_index()}
@@ -161,3 +165,49 @@ def test_load_and_unload_the_backend_sample_model(
     assert engine_cores(multi_server) == cores_before
     entry = next(e for e in triton.get_model_repository_index() if e["name"] == "vllm_model")
     assert entry == {"name": "vllm_model", "state": "UNAVAILABLE", "reason": "unloaded"}
+
+
+def test_lora_over_grpc_and_inside_http_parameters_as_the_backend_ci(multi_server: RunningServer) -> None:
+    """multi_lora/test.sh: over gRPC `lora_name` only in the sampling_parameters tensor; over
+    HTTP `exclude_input_in_output` inside `parameters` (it is that input, not a parameter)."""
+    sampling = {"temperature": "0", "top_p": "1", "max_tokens": "24", "apply_chat_template": "true"}
+    lora = {**sampling, "lora_name": "doc"}
+    with triton_grpc.InferenceServerClient(multi_server.grpc_url) as client:
+        texts = {}
+        for name, values in (("doc", lora), ("plain", sampling)):  # one at a time: a batch of one, as HTTP's
+            request = vllm_request(PROMPT, name, sampling_parameters=values, model_name="alpha",
+                                   exclude_input_in_output=True)
+            request["model_version"] = "1"
+            request["parameters"] = sampling  # the CI sends the parameters without the LoRA
+            texts[name] = text_of(by_id(stream_results(client, [request]))[name])
+        unknown = vllm_request("x", "u", sampling_parameters={"lora_name": "nope"}, model_name="alpha")
+        disabled = vllm_request("x", "d", sampling_parameters={"lora_name": "doc"}, model_name="alpha")
+        unknown["model_version"], disabled["model_version"] = "1", "2"
+        errors = {r[1].message() for r in stream_results(client, [unknown, disabled])}
+    assert errors == {"LoRA nope is not supported, we currently support ['doc']", "LoRA feature is not enabled."}
+    assert texts["doc"] != texts["plain"] and not texts["doc"].startswith(PROMPT)
+    body = {"text_input": PROMPT, "parameters": {"stream": False, "temperature": 0, "top_p": 1, "max_tokens": 24,
+                                                 "apply_chat_template": True, "lora_name": "doc",
+                                                 "exclude_input_in_output": True}}
+    http = generate(multi_server, "/v2/models/alpha/versions/1/generate", body)
+    assert http.status_code == 200, http.text
+    assert http.json()["text_output"] == texts["doc"]
+    body["parameters"]["lora_name"] = "nope"
+    refused = generate(multi_server, "/v2/models/alpha/versions/1/generate", body).json()
+    assert refused == {"error": "LoRA nope is not supported, we currently support ['doc']"}
+
+
+def test_load_and_unload_over_grpc(multi_server: RunningServer) -> None:
+    with triton_grpc.InferenceServerClient(multi_server.grpc_url) as client:
+        client.load_model("vllm_model")
+        assert client.is_model_ready("vllm_model")
+        request = vllm_request(PROMPT, "1", sampling_parameters={"max_tokens": "4", "ignore_eos": "true"},
+                               model_name="vllm_model", exclude_input_in_output=True)
+        assert text_of(by_id(stream_results(client, [request]))["1"])
+        assert client.get_inference_statistics("vllm_model").model_stats[0].inference_count == 1
+        client.unload_model("vllm_model")
+        assert not client.is_model_ready("vllm_model")
+        [entry] = [m for m in client.get_model_repository_index().models if m.name == "vllm_model"]
+        assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
+        [(_, error)] = stream_results(client, [request])
+        assert error.message() == "Request for unknown model: 'vllm_model' is not found"

@@ -58,11 +58,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (held open together, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 @contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """The app under uvicorn in a thread, on a free port; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+def serve_in_thread(app: Any, side: Any = None, port: int | None = None) -> Iterator[str]:
+    """The app under uvicorn in a thread, on a free port; yields its base URL. A side server
+    (the gRPC frontend) runs in the same event loop, as `python -m app` runs it."""
+    from app.server import DrainingServer
+
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config) if side is None else DrainingServer(config, app, side)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -25,7 +25,9 @@ def test_import_linter_contracts_hold() -> None:
     assert "0 broken" in result.stdout
 
 
-@pytest.mark.parametrize("module", ["app.routes", "app.routes.generate", "app.main", "app.triton.inputs", "app.core.service"])
+@pytest.mark.parametrize(
+    "module", ["app.routes", "app.routes.generate", "app.main", "app.triton.inputs", "app.core.service", "app.grpc.server"]
+)
 def test_the_http_frontend_loads_without_vllm(module: str) -> None:
     code = f"import sys, {module}; assert not {{'vllm', 'torch', 'ray'}} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, check=True)

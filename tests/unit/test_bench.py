@@ -110,3 +110,29 @@ def test_micro_benchmark_smoke(tmp_path: Path) -> None:
         assert m["errors"] == 0 and m["requests"] == 8 and m["events"] == 32
         # CPU times tick in 10 ms steps: a level this small may read as zero.
         assert m["events_per_s"] > 0 and m["server_us_per_event"] >= 0
+
+
+def test_micro_benchmark_over_grpc_smoke(tmp_path: Path) -> None:
+    """The same app with its gRPC frontend: one ModelStreamInfer response per token."""
+    code = main(["--targets", "micro-grpc", "--micro-concurrency", "1", "4", "--micro-requests", "8", "-n", "4",
+                 "--out", str(tmp_path), "--quiet"])
+    assert code == 0
+    [path] = tmp_path.glob("bench-*.json")
+    micro = json.loads(path.read_text())["micro"]
+    assert [(m["protocol"], m["concurrency"], m["errors"], m["events"]) for m in micro] == [
+        ("grpc", 1, 0, 32), ("grpc", 4, 0, 32)]
+
+
+def test_paired_rounds_alternate_and_cover_every_request() -> None:
+    from bench.paired import merged, round_sizes
+
+    assert round_sizes(8) == [2, 2, 2, 2] and round_sizes(10) == [3, 3, 2, 2] and round_sizes(1) == [1]
+    runs = [LevelRun(2, [record(0.0, [0.1])], 1.5), LevelRun(2, [record(0.0, [0.2])], 2.5)]
+    assert merged(2, runs).seconds == 4.0 and len(merged(2, runs).records) == 2
+
+
+def test_grpc_vs_sse_ratios() -> None:
+    from bench.stats import protocol_ratios
+
+    [ratio] = protocol_ratios([level("ours", 16, 100, 40), level("ours-grpc", 16, 110, 30)])
+    assert (ratio.concurrency, ratio.versus, ratio.tokens_per_s, ratio.ttft_p50_delta_ms) == (16, "ours", 1.1, -10.0)

@@ -100,7 +100,9 @@ def test_bad_stream_body_is_a_plain_json_error(client: TestClient) -> None:
     response = client.post("/v2/models/fake/generate_stream", json={"text_input": "x", "exclude_input_in_output": False})
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/json"
-    assert response.json() == {"error": "When streaming, `exclude_input_in_output` = False is not allowed."}
+    assert response.json() == {
+        "error": "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""No client-sent text can forge an access-log line or field; failed requests are logged as
-failures (engine double)."""
+"""No client-sent text can forge an access-log line or field; failed requests are logged and
+counted as failures (engine double)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,10 @@ def test_a_request_that_fails_after_its_stream_started_is_logged_as_failed(
     (record,) = access_records(caplog)
     assert record.access["error"] == "Model is unavailable due to unhealthy vLLM engine"
     assert 'error="Model is unavailable due to unhealthy vLLM engine"' in record.getMessage()
+    metrics = client.get("/metrics").text
+    assert 'nv_inference_request_failure_total{model="fake",version="1"} 1.0' in metrics
+    assert 'nv_inference_request_success_total{model="fake",version="1"} 0.0' in metrics
+    assert client.get("/v2/models/fake/stats").json()["model_stats"][0]["inference_stats"]["fail"]["count"] == 1
 
 
 def test_an_error_response_is_logged_with_its_message(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:

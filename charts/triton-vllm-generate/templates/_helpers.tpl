@@ -102,3 +102,79 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The server container's environment: every setting the values give (Deployment and the
+LeaderWorkerSet's leader). */}}
+{{- define "tvg.serverEnv" -}}
+- name: HOST
+  value: "0.0.0.0"
+- name: PORT
+  value: {{ .Values.server.port | quote }}
+- name: GRPC_PORT
+  value: {{ .Values.server.grpcPort | default 0 | quote }}
+{{- if .Values.server.metricsPort }}
+- name: METRICS_PORT
+  value: {{ .Values.server.metricsPort | quote }}
+{{- end }}
+- name: MODEL_REPOSITORY
+  value: {{ .Values.modelRepository.mountPath | quote }}
+{{- with .Values.server.models }}
+- name: MODELS
+  value: {{ toJson . | quote }}
+{{- end }}
+- name: LOG_LEVEL
+  value: {{ .Values.server.logLevel | quote }}
+- name: DRAIN_TIMEOUT_SECONDS
+  value: {{ .Values.server.drainTimeoutSeconds | quote }}
+{{- if not (kindIs "invalid" .Values.server.maxPendingRequests) }}
+- name: MAX_PENDING_REQUESTS
+  value: {{ .Values.server.maxPendingRequests | quote }}
+{{- end }}
+- name: CPU_KVCACHE_SPACE_GIB
+  value: {{ .Values.server.cpuKvcacheSpaceGiB | quote }}
+{{- with .Values.server.engineRestart }}
+- name: ENGINE_RESTART
+  value: {{ .enabled | quote }}
+- name: ENGINE_RESTART_MAX
+  value: {{ .max | quote }}
+- name: ENGINE_RESTART_WINDOW_SECONDS
+  value: {{ .windowSeconds | quote }}
+- name: ENGINE_RESTART_BACKOFF_SECONDS
+  value: {{ .backoffSeconds | quote }}
+- name: ENGINE_RESTART_BACKOFF_MAX_SECONDS
+  value: {{ .backoffMaxSeconds | quote }}
+- name: ENGINE_PROBE_INTERVAL_SECONDS
+  value: {{ .probeIntervalSeconds | quote }}
+- name: ENGINE_PROBE_TIMEOUT_SECONDS
+  value: {{ .probeTimeoutSeconds | quote }}
+{{- end }}
+- name: RELOAD_IN_PLACE
+  value: {{ .Values.server.reloadInPlace | quote }}
+{{- with include "tvg.apiKeysSecret" . }}
+- name: API_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.apiKeys.secretKey }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The server container's ports: http, grpc, metrics. */}}
+{{- define "tvg.serverPorts" -}}
+- name: http
+  containerPort: {{ .Values.server.port }}
+  protocol: TCP
+{{- if .Values.server.grpcPort }}
+- name: grpc
+  containerPort: {{ .Values.server.grpcPort }}
+  protocol: TCP
+{{- end }}
+{{- if .Values.server.metricsPort }}
+- name: metrics
+  containerPort: {{ .Values.server.metricsPort }}
+  protocol: TCP
+{{- end }}
+{{- end }}

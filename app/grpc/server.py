@@ -1,0 +1,101 @@
+"""The gRPC server: grpc.aio in the HTTP server's event loop, on the same runtime."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
+
+from app.grpc.observe import AccessPolicy, FrontendInterceptor, GrpcMetrics
+from app.grpc.servicer import HealthServicer, InferenceServicer
+from app.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcOptions:
+    """Where to listen, who may call, and the channel options (Triton's defaults)."""
+
+    host: str = "0.0.0.0"
+    port: int = 8001
+    api_keys: tuple[str, ...] = ()
+    open_health: bool = True
+    log_prompts: bool = False
+    max_receive_message_bytes: int = 8 * 1024 * 1024
+    max_send_message_bytes: int = INT32_MAX
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    reuse_port: bool = False
+    """SO_REUSEPORT: let several server processes share the port (the kernel spreads the
+    connections). Off by default, so that a second server on a taken port fails to start."""
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", self.max_send_message_bytes),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", int(self.keepalive_permit_without_calls)),
+            ("grpc.http2.max_pings_without_data", self.http2_max_pings_without_data),
+            (
+                "grpc.http2.min_recv_ping_interval_without_data_ms",
+                self.http2_min_recv_ping_interval_without_data_ms,
+            ),
+            ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+            ("grpc.so_reuseport", int(self.reuse_port)),
+        ]
+
+
+class GrpcServer:
+    """Triton's gRPC service and the standard health service on one port; started and
+    stopped by the process that also runs the HTTP server (in its event loop)."""
+
+    def __init__(self, runtime: Runtime, options: GrpcOptions) -> None:
+        self._runtime = runtime
+        self.options = options
+        self._metrics = GrpcMetrics(runtime.metrics_registry)
+        self._server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        """Bind and start serving; a port that cannot be bound stops start-up."""
+        options = self.options
+        interceptor = FrontendInterceptor(
+            self._runtime.registry,
+            self._metrics,
+            AccessPolicy(api_keys=options.api_keys, open_health=options.open_health),
+            options.log_prompts,
+        )
+        server = grpc.aio.server(interceptors=[interceptor], options=options.channel_options())
+        inference = InferenceServicer(self._runtime, self._metrics, options.log_prompts)
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
+        health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(inference), server)
+        try:
+            self.port = server.add_insecure_port(options.address)
+        except RuntimeError as exc:
+            raise RuntimeError(f"gRPC: cannot listen on {options.address}: {exc}") from exc
+        await server.start()
+        self._server = server
+        logger.info("gRPC (Triton's GRPCInferenceService) listening on %s", options.address)
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls; running ones may finish for `grace` seconds, then are cancelled."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)

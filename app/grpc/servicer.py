@@ -1,0 +1,181 @@
+"""Triton's `GRPCInferenceService` (KServe v2 gRPC) on the service definitions tritonclient
+ships: health, metadata, config, repository, statistics, and `ModelStreamInfer`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from app.errors import ModelNotFoundError, ServerError
+from app.grpc.observe import INFERENCE_SERVICE, GrpcMetrics
+from app.grpc.status import DECOUPLED_INFER_MESSAGE, status_code
+from app.grpc.stream import StreamSession
+from app.repository.overrides import parse_override
+from app.runtime import Runtime
+from app.triton.model_config import completed_config, metadata_json
+from app.triton.repository import load_model
+from app.triton.server_metadata import server_metadata
+from app.triton.statistics import statistics_json
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Context = grpc.aio.ServicerContext
+UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
+
+
+def answers_errors(
+    method: Callable[[Any, Request, Context], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    """A unary RPC whose `ServerError`s end the call with their gRPC status and message."""
+
+    @functools.wraps(method)
+    async def handler(self: Any, request: Request, context: Context) -> Response:
+        try:
+            return await method(self, request, context)
+        except ServerError as exc:
+            await context.abort(status_code(exc), exc.message)
+            raise  # not reached: abort raises
+
+    return handler
+
+
+def load_parameters(parameters: Any) -> dict[str, object]:
+    """A load request's parameters as their values (`config` a string, `file:` bytes)."""
+    values: dict[str, object] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        values[key] = getattr(parameter, choice) if choice else None
+    return values
+
+
+def not_supported(feature: str) -> Callable[[Any, Any, Context], Awaitable[Any]]:
+    async def handler(self: Any, request: Any, context: Context) -> Any:
+        await context.abort(UNIMPLEMENTED, f"{feature} is not supported by this server")
+
+    return handler
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of the service, served from the process's runtime."""
+
+    def __init__(self, runtime: Runtime, metrics: GrpcMetrics, log_prompts: bool = False) -> None:
+        self._runtime = runtime
+        self._metrics = metrics
+        self._log_prompts = log_prompts
+
+    def server_ready(self) -> bool:
+        return all(model.is_ready for model in self._runtime.registry)
+
+    async def ServerLive(self, request: Any, context: Context) -> service_pb2.ServerLiveResponse:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Context) -> service_pb2.ServerReadyResponse:
+        return service_pb2.ServerReadyResponse(ready=self.server_ready())
+
+    async def ModelReady(self, request: Any, context: Context) -> service_pb2.ModelReadyResponse:
+        """False (not an error) for a model that is unknown or not loaded, as Triton answers."""
+        try:
+            served = self._runtime.registry.get(request.name, request.version)
+        except ModelNotFoundError:
+            return service_pb2.ModelReadyResponse(ready=False)
+        return service_pb2.ModelReadyResponse(ready=served.is_ready)
+
+    async def ServerMetadata(self, request: Any, context: Context) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(**server_metadata())
+
+    @answers_errors
+    async def ModelMetadata(self, request: Any, context: Context) -> service_pb2.ModelMetadataResponse:
+        registry = self._runtime.registry
+        served = registry.get(request.name, request.version)
+        versions = [served.version] if request.version else [v.version for v in registry.versions(request.name)]
+        return json_format.ParseDict(
+            metadata_json(request.name, versions, served.spec), service_pb2.ModelMetadataResponse()
+        )
+
+    @answers_errors
+    async def ModelConfig(self, request: Any, context: Context) -> service_pb2.ModelConfigResponse:
+        served = self._runtime.registry.get(request.name, request.version)
+        return service_pb2.ModelConfigResponse(config=completed_config(served.spec))
+
+    @answers_errors
+    async def ModelStatistics(self, request: Any, context: Context) -> service_pb2.ModelStatisticsResponse:
+        data = statistics_json(self._runtime.registry, self._runtime.statistics, request.name, request.version)
+        return json_format.ParseDict(data, service_pb2.ModelStatisticsResponse())
+
+    @answers_errors
+    async def RepositoryIndex(self, request: Any, context: Context) -> service_pb2.RepositoryIndexResponse:
+        if request.repository_name:
+            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        response = service_pb2.RepositoryIndexResponse()
+        for entry in self._runtime.registry.index():
+            if not request.ready or entry.state == "READY":
+                response.models.add(
+                    name=entry.name, version=entry.version or "", state=entry.state, reason=entry.reason
+                )
+        return response
+
+    @answers_errors
+    async def RepositoryModelLoad(self, request: Any, context: Context) -> service_pb2.RepositoryModelLoadResponse:
+        if request.repository_name:
+            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        override = parse_override(load_parameters(request.parameters))
+        await load_model(self._runtime.registry, self._runtime.statistics, request.model_name, override)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    @answers_errors
+    async def RepositoryModelUnload(
+        self, request: Any, context: Context
+    ) -> service_pb2.RepositoryModelUnloadResponse:
+        if request.repository_name:
+            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "invalid value type for 'unload_dependents' parameter, expected bool_param.",
+            )
+        await self._runtime.registry.unload(request.model_name)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    @answers_errors
+    async def ModelInfer(self, request: Any, context: Context) -> service_pb2.ModelInferResponse:
+        """The backend's models are decoupled: Triton refuses unary inference on them."""
+        self._runtime.registry.get(request.model_name, request.model_version)
+        await context.abort(UNIMPLEMENTED, DECOUPLED_INFER_MESSAGE)
+        return service_pb2.ModelInferResponse()  # not reached: abort raises
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context: Context
+    ) -> None:
+        await StreamSession(self._runtime, self._metrics, context, self._log_prompts).run(request_iterator)
+
+    SystemSharedMemoryStatus = not_supported("system shared memory")
+    SystemSharedMemoryRegister = not_supported("system shared memory")
+    SystemSharedMemoryUnregister = not_supported("system shared memory")
+    CudaSharedMemoryStatus = not_supported("CUDA shared memory")
+    CudaSharedMemoryRegister = not_supported("CUDA shared memory")
+    CudaSharedMemoryUnregister = not_supported("CUDA shared memory")
+    TraceSetting = not_supported("trace")
+    LogSettings = not_supported("dynamic logging")
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """`grpc.health.v1.Health/Check` from the server's readiness, as Triton registers it."""
+
+    def __init__(self, inference: InferenceServicer) -> None:
+        self._inference = inference
+
+    async def Check(self, request: Any, context: Context) -> health_pb2.HealthCheckResponse:
+        if request.service not in ("", INFERENCE_SERVICE):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
+        status = health_pb2.HealthCheckResponse
+        return status(status=status.SERVING if self._inference.server_ready() else status.NOT_SERVING)
+
+    Watch = not_supported("watching the health status")

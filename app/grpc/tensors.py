@@ -1,0 +1,155 @@
+"""KServe v2 tensors of the backend's inputs and outputs: checked against the model's inputs
+as Triton's core checks them, decoded from `raw_input_contents` (or typed `contents`), and
+the outputs encoded into `raw_output_contents`."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import service_pb2
+
+from app.errors import InvalidRequestError
+from app.triton.model_config import BACKEND_INPUTS, BACKEND_OUTPUTS
+
+LENGTH = struct.Struct("<I")
+
+
+def kserve_datatype(config_type: str) -> str:
+    """config.pbtxt's TYPE_STRING is KServe's BYTES; TYPE_FP32 is FP32, ..."""
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    optional: bool
+
+
+INPUTS = {
+    name: InputSpec(name, kserve_datatype(data_type), tuple(dims), optional)
+    for name, data_type, dims, optional in BACKEND_INPUTS
+}
+REQUIRED_INPUTS = [spec.name for spec in INPUTS.values() if not spec.optional]
+OUTPUT_DATATYPES = {name: kserve_datatype(data_type) for name, data_type, _ in BACKEND_OUTPUTS}
+"""Output name -> KServe datatype, in the backend's order."""
+
+
+def request_label(request: service_pb2.ModelInferRequest) -> str:
+    """Triton core's prefix of request errors."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def decode_inputs(request: service_pb2.ModelInferRequest) -> dict[str, list[Any]]:
+    """Each input's elements (str for BYTES, bool for BOOL), checked as Triton's core does."""
+    model = request.model_name
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidRequestError(
+            f"{request_label(request)}expected {len(request.inputs)} raw input contents for model "
+            f"'{model}' but got {len(raw)}"
+        )
+    values: dict[str, list[Any]] = {}
+    for index, tensor in enumerate(request.inputs):
+        spec = INPUTS.get(tensor.name)
+        if spec is None:
+            raise InvalidRequestError(f"unexpected inference input '{tensor.name}' for model '{model}'")
+        if tensor.name in values:
+            raise InvalidRequestError(f"{request_label(request)}input '{tensor.name}' is given more than once")
+        check_tensor(request, tensor, spec)
+        if raw and tensor.HasField("contents"):
+            raise InvalidRequestError(
+                f"contents field must not be specified when using raw_input_contents for "
+                f"'{tensor.name}' for model '{model}'"
+            )
+        elements = decode_raw(spec, raw[index]) if raw else decode_contents(spec, tensor.contents)
+        if len(elements) != math.prod(tensor.shape):
+            raise InvalidRequestError(
+                f"{request_label(request)}input '{tensor.name}' has {len(elements)} elements, "
+                f"but its shape {list(tensor.shape)} holds {math.prod(tensor.shape)}"
+            )
+        values[tensor.name] = elements
+    check_required(request, values)
+    return values
+
+
+def check_tensor(request: service_pb2.ModelInferRequest, tensor: Any, spec: InputSpec) -> None:
+    """Data type and shape against the model's input (`-1` is any size)."""
+    if tensor.datatype != spec.datatype:
+        raise InvalidRequestError(
+            f"{request_label(request)}inference input '{spec.name}' data-type is '{tensor.datatype}', "
+            f"but model '{request.model_name}' expects '{spec.datatype}'"
+        )
+    shape = tuple(tensor.shape)
+    if len(shape) != len(spec.shape) or any(d != e and e != -1 for d, e in zip(shape, spec.shape)) or min(
+        shape, default=0
+    ) < 0:
+        raise InvalidRequestError(
+            f"{request_label(request)}unexpected shape for input '{spec.name}' for model "
+            f"'{request.model_name}'. Expected {list(spec.shape)}, got {list(shape)}. "
+        )
+
+
+def check_required(request: service_pb2.ModelInferRequest, values: dict[str, list[Any]]) -> None:
+    missing = [name for name in REQUIRED_INPUTS if name not in values]
+    if missing:
+        raise InvalidRequestError(
+            f"{request_label(request)}expected number of inputs between {len(REQUIRED_INPUTS)} and "
+            f"{len(INPUTS)} but got {len(values)} inputs for model '{request.model_name}'. Got input(s) "
+            f"{list(values)}, but missing required input(s) {missing}. Please provide all required input(s)."
+        )
+
+
+def decode_raw(spec: InputSpec, data: bytes) -> list[Any]:
+    if spec.datatype == "BOOL":
+        return [byte != 0 for byte in data]
+    return [text(spec.name, element) for element in split_bytes(spec.name, data)]
+
+
+def decode_contents(spec: InputSpec, contents: service_pb2.InferTensorContents) -> list[Any]:
+    if spec.datatype == "BOOL":
+        return list(contents.bool_contents)
+    return [text(spec.name, element) for element in contents.bytes_contents]
+
+
+def split_bytes(name: str, data: bytes) -> list[bytes]:
+    """The elements of a BYTES tensor: each a little-endian uint32 length, then its bytes."""
+    elements, offset = [], 0
+    while offset < len(data):
+        if offset + LENGTH.size > len(data):
+            raise InvalidRequestError(f"input '{name}': malformed BYTES tensor data")
+        (size,) = LENGTH.unpack_from(data, offset)
+        offset += LENGTH.size
+        if offset + size > len(data):
+            raise InvalidRequestError(f"input '{name}': malformed BYTES tensor data")
+        elements.append(data[offset : offset + size])
+        offset += size
+    return elements
+
+
+def text(name: str, element: bytes) -> str:
+    try:
+        return element.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(f"input '{name}': not valid UTF-8 ({exc.reason})") from None
+
+
+def encode_output(datatype: str, values: Sequence[Any] | Any) -> bytes:
+    """An output's elements as `raw_output_contents` bytes. A missing per-completion value is
+    the backend's `str(None)` for text and 0 for numbers."""
+    if datatype == "BYTES":
+        parts = []
+        for value in values:
+            data = str(value).encode("utf-8")
+            parts.append(LENGTH.pack(len(data)) + data)
+        return b"".join(parts)
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    code = "f" if datatype == "FP32" else "I"
+    return struct.pack(f"<{len(values)}{code}", *(v or 0 for v in values))
