@@ -21,6 +21,7 @@ from tests.support.repository import write_model
 from tests.support.waiting import eventually
 
 ADDRESS = "10.0.0.5:6379"
+LOCAL_MODEL = str(Path(__file__).parent)  # an existing folder: vLLM never looks a local path up on a hub
 POLL = 0.01
 
 
@@ -138,7 +139,7 @@ async def test_the_last_group_of_the_process_disconnects() -> None:
 async def test_an_engine_on_ray_is_healthy_only_while_its_group_is_whole() -> None:
     from app.engine.vllm_engine import VllmEngine
 
-    engine_args = {"model": "x", "distributed_executor_backend": "ray", "pipeline_parallel_size": 2}
+    engine_args = {"model": LOCAL_MODEL, "distributed_executor_backend": "ray", "pipeline_parallel_size": 2}
     engine = VllmEngine(ModelSpec("m", "1", Path("."), engine_args), ray_address=ADDRESS)
     assert isinstance(engine._group, RayGroup) and engine._group.devices == 2
     cluster = ScriptedCluster(gpus=2)
@@ -159,7 +160,7 @@ async def test_an_engine_on_ray_is_healthy_only_while_its_group_is_whole() -> No
 
 
 def args(**values: object) -> AsyncEngineArgs:
-    return AsyncEngineArgs(model="x", **values)  # type: ignore[arg-type]
+    return AsyncEngineArgs(model=LOCAL_MODEL, **values)  # type: ignore[arg-type]
 
 
 def test_only_ray_engines_with_a_known_address_watch_a_group() -> None:
