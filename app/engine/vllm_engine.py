@@ -16,9 +16,11 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
+from app.engine.openai_options import engine_reasoning_parser, openai_options
+from app.engine.openai_serving import EngineRequests, VllmOpenAIServing
 from app.engine.sampling import to_sampling_params
-from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
-from app.repository.layout import ModelSpec
+from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
+from app.repository.layout import CONFIG_FILE, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -38,17 +40,30 @@ class VllmEngine:
         metrics: MetricsProvider | None = None,
     ) -> None:
         self._spec = spec
-        self._args = AsyncEngineArgs(**spec.engine_args)
+        self._openai_options = openai_options(spec)
+        engine_args = dict(spec.engine_args)
+        config_path = spec.version_path.parent / CONFIG_FILE
+        reasoning_parser = engine_reasoning_parser(self._openai_options, engine_args, config_path)
+        if reasoning_parser:
+            engine_args["reasoning_parser"] = reasoning_parser
+        self._args = AsyncEngineArgs(**engine_args)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
         self._tokenizer: Any = None
+        self._openai: VllmOpenAIServing | None = None
+        self._openai_requests: EngineRequests = {}
 
     async def start(self) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
         self._llm = await asyncio.to_thread(self._create)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        try:
+            self._openai = VllmOpenAIServing(self._llm, self._spec, self._openai_options, self._openai_requests)
+        except ModelConfigError as exc:
+            await self.shutdown()
+            raise ModelConfigError(f"{self._spec.version_path.parent / CONFIG_FILE}: {exc}") from exc
 
     def _create(self) -> AsyncLLM:
         config = self._args.create_engine_config()
@@ -65,6 +80,7 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         llm, self._llm = self._llm, None
+        self._openai = None
         if llm is not None:
             # AsyncLLM.shutdown stops the engine core before it cancels its output handler;
             # run in a thread, that handler would see the core die and log a false error.
@@ -94,9 +110,15 @@ class VllmEngine:
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
 
+    @property
+    def openai_serving(self) -> VllmOpenAIServing | None:
+        """vLLM's OpenAI API for this model (the OpenAI frontend's capability); None until started."""
+        return self._openai
+
     async def abort(self, request_id: str) -> None:
+        """Abort the request, or every engine request an OpenAI request admitted as `request_id` runs."""
         if self._llm is not None:
-            await self._llm.abort(request_id)
+            await self._llm.abort([request_id, *self._openai_requests.get(request_id, ())])
 
     @property
     def num_unfinished_requests(self) -> int:
