@@ -13,6 +13,7 @@ from app.core.chunks import merge_chunks
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, ServerError
+from tests.openai_double import FakeOpenAIServing
 
 WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
@@ -46,6 +47,7 @@ class FakeEngine:
         step_delay: float = 0.0,
         fail_after: int | None = None,
         fail_with: Exception | None = None,
+        openai: bool = True,
     ) -> None:
         self.requests: list[ReceivedRequest] = []
         self.active: set[str] = set()
@@ -58,6 +60,8 @@ class FakeEngine:
         self._step_delay = step_delay
         self._fail_after = fail_after
         self._fail_with = fail_with
+        if openai:
+            self.openai_serving = FakeOpenAIServing(self)
 
     async def start(self) -> None:
         self.started = True
