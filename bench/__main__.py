@@ -27,6 +27,7 @@ from bench.servers import descendants, stop_all, stop_new_descendants
 from bench.stats import LevelStats, ratios, summarize
 from bench.targets import (
     EngineTarget,
+    OursOpenAITarget,
     OursTarget,
     VllmOpenAITarget,
     ours_server,
@@ -34,7 +35,7 @@ from bench.targets import (
 )
 from bench.workload import Workload, prompts, run_level
 
-TARGETS = ("engine", "ours", "vllm-openai", "micro")
+TARGETS = ("engine", "ours", "ours-openai", "vllm-openai", "micro")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -140,6 +141,15 @@ def make_target(name: str, args: argparse.Namespace, spec: ModelSpec, log_dir: P
             else ours_server(spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib)
         )
         return OursTarget(spec.name, args.ours_url, server, connections)
+    if name == "ours-openai":
+        server = (
+            None
+            if args.ours_url
+            else ours_server(
+                spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib, name
+            )
+        )
+        return OursOpenAITarget(spec.name, args.ours_url, server, connections)
     server = (
         None if args.vllm_url else vllm_openai_server(spec, PROJECT_ROOT, log_dir, args.kvcache_gib)
     )
@@ -210,12 +220,14 @@ async def run_all(
     return outcome
 
 
-def render(outcome: Outcome, found: list, goals: list) -> str:
+def render(outcome: Outcome, found: list, goals: list, found_openai: list) -> str:
     parts = []
     if outcome.results:
         parts += ["Streaming workload", report.results_table(outcome.results)]
     if found:
         parts += ["Ratios", report.ratios_table(found)]
+    if found_openai:
+        parts += ["Ratios on /v1/completions", report.openai_ratios_table(found_openai)]
     if outcome.micro:
         parts += [
             "Micro-benchmark (HTTP/SSE layer, engine double)",
@@ -248,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         stop_all()
         stop_new_descendants(before)
     found = ratios(outcome.results)
-    goals = report.checks(found, outcome.micro)
-    print(render(outcome, found, goals))
+    found_openai = [r for r in ratios(outcome.results, "ours-openai") if r.versus == "vllm-openai"]
+    goals = report.checks(found, outcome.micro) + report.openai_checks(found_openai)
+    print(render(outcome, found, goals, found_openai))
     payload = {
         "started": stamp,
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
@@ -258,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload": {k: v for k, v in vars(args).items() if not isinstance(v, Path)},
         "results": [s.to_dict() for s in outcome.results],
         "ratios": [r.to_dict() for r in found],
+        "ratios_openai": [r.to_dict() for r in found_openai],
         "micro": [m.to_dict() for m in outcome.micro],
         "targets": goals,
         "failures": outcome.failures,

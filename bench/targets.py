@@ -213,8 +213,19 @@ class VllmOpenAITarget(HttpTarget):
                 seen = total
 
 
+class OursOpenAITarget(VllmOpenAITarget):
+    """Our `/v1/completions`, streaming: the same requests as vLLM's server gets."""
+
+    name = "ours-openai"
+
+
 def ours_server(
-    spec: ModelSpec, repository: Path, root: Path, log_dir: Path, kvcache_gib: int
+    spec: ModelSpec,
+    repository: Path,
+    root: Path,
+    log_dir: Path,
+    kvcache_gib: int,
+    name: str = "ours",
 ) -> ServerProcess:
     """`python -m app`, as `make serve` runs it, on a free local port."""
     port = free_port()
@@ -232,11 +243,11 @@ def ours_server(
         str(port),
     ]
     return ServerProcess(
-        "ours",
+        name,
         argv,
         f"http://127.0.0.1:{port}",
         "/v2/health/ready",
-        log_dir / "ours.log",
+        log_dir / f"{name}.log",
         server_env(HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(kvcache_gib)),
         root,
     )
