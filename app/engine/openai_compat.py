@@ -13,6 +13,7 @@ from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
 from vllm.entrypoints.openai.models.protocol import BaseModelPath
 from vllm.entrypoints.openai.models.serving import OpenAIServingModels
 from vllm.renderers.online_renderer import OnlineRenderer
+from vllm.tool_parsers import ToolParserManager
 
 try:  # 0.32
     from vllm.entrypoints.serve import create_error_response
@@ -39,6 +40,7 @@ __all__ = [
     "OpenAIServingChat",
     "OpenAIServingCompletion",
     "OpenAIServingModels",
+    "ToolParserManager",
     "accepted",
     "create_error_response",
     "load_chat_template",

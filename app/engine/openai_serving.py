@@ -24,6 +24,7 @@ from app.engine.openai_compat import (
     OpenAIServingChat,
     OpenAIServingCompletion,
     OpenAIServingModels,
+    ToolParserManager,
     accepted,
     create_error_response,
     load_chat_template,
@@ -147,8 +148,6 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, A
         "default_chat_template_kwargs": options.default_chat_template_kwargs,
         "tool_strict_level": options.tool_strict_level or "auto",
     }
-    if options.tool_strict_level and "tool_strict_level" not in accepted(OnlineRenderer, shared):
-        raise ModelConfigError("OPENAI_TOOL_STRICT_LEVEL needs vLLM >= 0.30")
     usage = {
         "return_tokens_as_token_ids": options.return_tokens_as_token_ids,
         "enable_prompt_tokens_details": options.enable_prompt_tokens_details,
@@ -167,6 +166,22 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, A
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
     return completion, chat
+
+
+def check_tool_options(options: OpenAIOptions) -> None:
+    """What vLLM's server checks of its tool flags before it starts."""
+    if options.enable_auto_tool_choice and not options.tool_call_parser:
+        raise ModelConfigError("OPENAI_ENABLE_AUTO_TOOL_CHOICE needs OPENAI_TOOL_CALL_PARSER")
+    if options.tool_call_parser:
+        try:
+            ToolParserManager.get_tool_parser(options.tool_call_parser)
+        except KeyError as exc:
+            known = ", ".join(sorted(ToolParserManager.list_registered()))
+            raise ModelConfigError(
+                f"OPENAI_TOOL_CALL_PARSER: no tool-call parser '{options.tool_call_parser}' (known: {known})"
+            ) from exc
+    if options.tool_strict_level and not accepted(OnlineRenderer, {"tool_strict_level": options.tool_strict_level}):
+        raise ModelConfigError("OPENAI_TOOL_STRICT_LEVEL needs vLLM >= 0.30")
 
 
 class GuardedEngineClient:

@@ -17,7 +17,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
 from app.engine.openai_options import engine_reasoning_parser, openai_options
-from app.engine.openai_serving import EngineRequests, VllmOpenAIServing
+from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
 from app.repository.layout import CONFIG_FILE, ModelSpec
@@ -43,6 +43,10 @@ class VllmEngine:
         self._openai_options = openai_options(spec)
         engine_args = dict(spec.engine_args)
         config_path = spec.version_path.parent / CONFIG_FILE
+        try:
+            check_tool_options(self._openai_options)
+        except ModelConfigError as exc:
+            raise ModelConfigError(f"{config_path}: {exc}") from exc
         reasoning_parser = engine_reasoning_parser(self._openai_options, engine_args, config_path)
         if reasoning_parser:
             engine_args["reasoning_parser"] = reasoning_parser

@@ -79,6 +79,8 @@ def test_chat_template_files_are_found_from_the_model_folder(tmp_path: Path) -> 
         ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "maybe"}, "parameter 'OPENAI_ENABLE_AUTO_TOOL_CHOICE'"),
         ({"OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT": "xml"}, "parameter 'OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT'"),
         ({"OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS": "{bad"}, "parameter 'OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS'"),
+        ({"OPENAI_TOOL_CALL_PARSER": "no_such_parser"}, "no tool-call parser 'no_such_parser' (known: "),
+        ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "true"}, "OPENAI_ENABLE_AUTO_TOOL_CHOICE needs OPENAI_TOOL_CALL_PARSER"),
     ],
 )
 def test_bad_options_fail_when_the_engine_is_made(tmp_path: Path, parameters: dict[str, str], message: str) -> None:
