@@ -35,9 +35,20 @@ class RequestGuard:
         """Refuse, naming the field, an `n` or `max_tokens` above the server's limits."""
         check_limits({max_tokens_field: (max_tokens, self.limits.max_tokens), "n": (n, self.limits.max_n)})
 
-    async def stream(self, outputs: AsyncIterator[T], token_counts: TokenCounts[T]) -> AsyncIterator[T]:
+    async def stream(
+        self,
+        outputs: AsyncIterator[T],
+        token_counts: TokenCounts[T],
+        quiet: bool = False,
+        on_start: Callable[[], None] | None = None,
+        on_end: Callable[[], None] | None = None,
+    ) -> AsyncIterator[T]:
         """`outputs`, each one observed, ended with `RequestTimeoutError` at the request's
-        deadline; closing this (or the deadline) closes `outputs`, which aborts them."""
+        deadline (or, `quiet`, just ended: the caller reports `failure` itself); closing this
+        (or the deadline) closes `outputs`, which aborts them. `on_start` and `on_end` run
+        when the stream starts (its first `anext`) and ends."""
+        if on_start is not None:
+            on_start()
         if self.timeout_seconds is not None:
             outputs = with_deadline(outputs, self.timeout_seconds, self.started)
         try:
@@ -47,9 +58,12 @@ class RequestGuard:
                 yield output
         except ServerError as exc:
             self.failure = exc
-            raise
+            if not quiet:
+                raise
         finally:
             await outputs.aclose()  # type: ignore[attr-defined]
+            if on_end is not None:
+                on_end()
 
 
 async def with_deadline(chunks: AsyncIterator[T], seconds: float, started: float | None = None) -> AsyncIterator[T]:

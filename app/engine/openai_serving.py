@@ -198,28 +198,25 @@ class GuardedEngineClient:
         return getattr(self._llm, name)
 
     def generate(self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The engine's stream through the guard. A stream the core ends (its deadline) ends
+        quietly when it streams to the client: vLLM's stream generator would log it as a
+        crash; the frontend reports `guard.failure` in the stream instead."""
         check_integers(sampling_params)
-        outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
-        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
-        return self._guarded(outputs, request_id, streaming)
-
-    async def _guarded(self, outputs: AsyncIterator[Any], request_id: str, streaming: bool) -> AsyncIterator[Any]:
-        """A stream that the core ends (its deadline) ends here without an error: vLLM's
-        stream generator would log it as a crash; the frontend reports `guard.failure`."""
         admitted = self._guard.request_id
-        self._requests.setdefault(admitted, set()).add(request_id)
-        try:
-            async for output in self._guard.stream(outputs, token_counts):
-                yield output
-        except ServerError:
-            if not streaming:
-                raise
-        finally:
+
+        def remember() -> None:
+            self._requests.setdefault(admitted, set()).add(request_id)
+
+        def forget() -> None:
             engine_ids = self._requests.get(admitted)
             if engine_ids is not None:
                 engine_ids.discard(request_id)
                 if not engine_ids:
                     del self._requests[admitted]
+
+        outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
+        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
+        return self._guard.stream(outputs, token_counts, quiet=streaming, on_start=remember, on_end=forget)
 
 
 class RawRequest:

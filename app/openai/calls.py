@@ -59,7 +59,7 @@ async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: str
     if isinstance(first, dict):
         await results.aclose()
         return JSONResponse(first)
-    return EventStreamResponse(prepend(first, results), media_type="text/event-stream")
+    return EventStreamResponse(first, results)
 
 
 async def run(context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: str) -> Results:
@@ -121,18 +121,20 @@ def prompt_text(prompt: Any) -> str | None:
     return json.dumps(prompt, ensure_ascii=False)
 
 
-async def prepend(first: str, rest: Results) -> AsyncIterator[str]:
-    yield first
-    async for frame in rest:
-        yield frame  # type: ignore[misc]
-
-
 class EventStreamResponse(StreamingResponse):
-    """vLLM's frames as they come; the frames' iterator is closed however the response ends
-    (a client gone mid-stream aborts the engine requests at once)."""
+    """The first frame, then the rest as they come; the frames' iterator is closed however
+    the response ends (a client gone mid-stream aborts the engine requests at once)."""
+
+    def __init__(self, first: str, rest: Results) -> None:
+        super().__init__(rest, media_type="text/event-stream")
+        self.first = first
 
     async def stream_response(self, send: Send) -> None:
         try:
-            await super().stream_response(send)
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": self.first.encode(), "more_body": True})
+            async for frame in self.body_iterator:
+                await send({"type": "http.response.body", "body": frame.encode(), "more_body": True})  # type: ignore[union-attr]
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self.body_iterator.aclose()  # type: ignore[union-attr]

@@ -101,8 +101,41 @@ class CompletionChoice(BaseModel):
     finish_reason: str | None = None
 
 
+COMPLETION_EXAMPLE = {
+    "id": "cmpl-5e7c6260c37f4d7f",
+    "object": "text_completion",
+    "created": 1795434763,
+    "model": "smollm2",
+    "choices": [{"index": 0, "text": " Paris.\n\nThe answer is:", "logprobs": None, "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 8, "total_tokens": 13},
+}
+CHAT_EXAMPLE = {
+    "id": "chatcmpl-af383f93bf8ae824",
+    "object": "chat.completion",
+    "created": 1795434766,
+    "model": "smollm2",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "The capital of France is Paris.", "tool_calls": []},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 37, "completion_tokens": 8, "total_tokens": 45},
+}
+MODEL_EXAMPLE = {
+    "id": "smollm2",
+    "object": "model",
+    "created": 1795434757,
+    "owned_by": "vllm",
+    "root": "/models/smollm2",
+    "parent": None,
+    "max_model_len": 2048,
+}
+
+
 class CompletionResponse(BaseModel):
-    model_config = OPEN
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [COMPLETION_EXAMPLE]})
     id: str
     object: str
     created: int
@@ -119,7 +152,7 @@ class ChatChoice(BaseModel):
 
 
 class ChatCompletionResponse(BaseModel):
-    model_config = OPEN
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [CHAT_EXAMPLE]})
     id: str
     object: str
     created: int
@@ -129,7 +162,7 @@ class ChatCompletionResponse(BaseModel):
 
 
 class ModelCard(BaseModel):
-    model_config = OPEN
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [MODEL_EXAMPLE]})
     id: str
     object: Literal["model"] = "model"
     created: int
@@ -140,6 +173,7 @@ class ModelCard(BaseModel):
 
 
 class ModelList(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"object": "list", "data": [MODEL_EXAMPLE]}]})
     object: Literal["list"] = "list"
     data: list[ModelCard]
 

@@ -151,6 +151,7 @@ async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitt
     client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
     assert client.model_config.max_model_len == 2048  # everything else is the engine's
     outputs = client.generate({"prompt": "x"}, SamplingParams(max_tokens=3), "cmpl-1-0")
+    assert requests == {}  # known once it runs
     assert await anext(outputs) and requests == {"admitted": {"cmpl-1-0"}}
     assert [o async for o in outputs] and requests == {}
     assert counts.calls == [(2, 1), (0, 1), (0, 1)]
