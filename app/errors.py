@@ -18,9 +18,11 @@ class ServerError(Exception):
     """An error the client is told about, with a message meant for it. Unclassified: the
     server's fault (HTTP 500)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.param = param
+        """The request field at fault, when the error is about one."""
 
 
 class InvalidRequestError(ServerError):
@@ -29,6 +31,15 @@ class InvalidRequestError(ServerError):
 
 class PayloadTooLargeError(InvalidRequestError):
     """The request body is larger than the server accepts."""
+
+
+class UnprocessableContentError(InvalidRequestError):
+    """The request is well-formed but what it points to cannot be used (e.g. an image URL
+    that cannot be fetched)."""
+
+
+class NotSupportedError(InvalidRequestError):
+    """The request asks for something this server does not implement."""
 
 
 class UnauthorizedError(ServerError):

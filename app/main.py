@@ -17,10 +17,13 @@ from app.core.limits import RequestLimits
 from app.core.service import GenerationService
 from app.grpc.server import GrpcOptions, GrpcServer
 from app.http.access_log import AccessLogMiddleware
-from app.http.errors import install_error_handlers
+from app.http.errors import ErrorBodies, install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
 from app.observability.load_metrics import ModelLoadCollector
 from app.observability.statistics import InferenceStatistics, StatisticsCollector
+from app.openai import routes as openai_routes
+from app.openai.errors import openai_error_body
+from app.openai.schemas import DOCUMENTED_MODELS as OPENAI_MODELS
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
 from app.repository.registry import EngineFactory, LifecycleOptions, ModelRegistry
 from app.repository.supervision import RestartPolicy
@@ -37,6 +40,7 @@ OPENAPI_TAGS = [
     {"name": "health", "description": "KServe v2 liveness and readiness."},
     {"name": "models", "description": "KServe v2 metadata and Triton's model repository extension."},
     {"name": "metrics", "description": "Prometheus metrics."},
+    {"name": "openai", "description": "OpenAI-compatible API (vLLM's own serving code) on the same models."},
 ]
 OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 """Routes that answer without an API key: the docs, the playground's page and assets."""
@@ -162,10 +166,13 @@ def create_app(
     )
     app.state.settings = settings
     app.state.runtime = runtime
-    install_error_handlers(app)
+    errors = ErrorBodies()
+    errors.add(openai_routes.PREFIX + "/", openai_error_body)
+    install_error_handlers(app, errors)
     routers = (generate.router, health.router, statistics.router, models.router, repository.router, metrics.router)
     for router in routers:  # statistics before models: /v2/models/stats is not a model's metadata
         app.include_router(router)
+    app.include_router(openai_routes.router)
     app.include_router(playground.router)
     install_docs_and_static(app)
     Instrumentator(
@@ -173,12 +180,12 @@ def create_app(
         excluded_handlers=["/metrics"],
         registry=runtime.metrics_registry,
     ).instrument(app)
-    add_middleware(app, settings)
-    customise_openapi(app, GenerateRequest, RepositoryIndexRequest)
+    add_middleware(app, settings, errors)
+    customise_openapi(app, GenerateRequest, RepositoryIndexRequest, *OPENAI_MODELS)
     return app
 
 
-def add_middleware(app: FastAPI, settings: Settings) -> None:
+def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> None:
     """Outermost first: access log, CORS, body size limit, API keys (the last one added
     runs first)."""
     if settings.api_keys:
@@ -194,8 +201,9 @@ def add_middleware(app: FastAPI, settings: Settings) -> None:
             open_paths=["/"],
             query_key_path=EVENT_SOURCE_PATH,
             query_key_name=API_KEY_PARAMETER,
+            errors=errors,
         )
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors)
     if settings.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -30,6 +30,7 @@ from bench.servers import descendants, stop_all, stop_new_descendants
 from bench.stats import LevelStats, protocol_ratios, ratios, summarize
 from bench.targets import (
     EngineTarget,
+    OursOpenAITarget,
     OursTarget,
     VllmOpenAITarget,
     ours_server,
@@ -37,7 +38,7 @@ from bench.targets import (
 )
 from bench.workload import Workload, prompts, run_level
 
-TARGETS = ("engine", "ours", "ours-grpc", "vllm-openai", "micro", "micro-grpc")
+TARGETS = ("engine", "ours", "ours-grpc", "ours-openai", "vllm-openai", "micro", "micro-grpc")
 MICRO_PROTOCOLS = {"micro": "sse", "micro-grpc": "grpc"}
 
 
@@ -148,6 +149,15 @@ def make_target(name: str, args: argparse.Namespace, spec: ModelSpec, log_dir: P
         return OursTarget(spec.name, args.ours_url, server, connections)
     if name == "ours-grpc":
         return grpc_target(args, spec, log_dir)
+    if name == "ours-openai":
+        server = (
+            None
+            if args.ours_url
+            else ours_server(
+                spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib, name
+            )
+        )
+        return OursOpenAITarget(spec.name, args.ours_url, server, connections)
     server = (
         None if args.vllm_url else vllm_openai_server(spec, PROJECT_ROOT, log_dir, args.kvcache_gib)
     )
@@ -250,7 +260,7 @@ def paired_protocols(args: argparse.Namespace) -> bool:
     return both and args.pair and bool(args.ours_url) == bool(args.ours_grpc_url)
 
 
-def render(outcome: Outcome, found: list, goals: list, grpc: list | None = None) -> str:
+def render(outcome: Outcome, found: list, goals: list, grpc: list, found_openai: list) -> str:
     parts = []
     if outcome.results:
         parts += ["Streaming workload", report.results_table(outcome.results)]
@@ -258,6 +268,8 @@ def render(outcome: Outcome, found: list, goals: list, grpc: list | None = None)
         parts += ["Ratios", report.ratios_table(found)]
     if grpc:
         parts += ["gRPC stream vs SSE", report.grpc_table(grpc)]
+    if found_openai:
+        parts += ["Ratios on /v1/completions", report.openai_ratios_table(found_openai)]
     if outcome.micro:
         parts += [
             "Micro-benchmark (HTTP/SSE and gRPC layers, engine double)",
@@ -291,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         stop_new_descendants(before)
     found = ratios(outcome.results)
     grpc = protocol_ratios(outcome.results)
-    goals = report.checks(found, outcome.micro, grpc)
-    print(render(outcome, found, goals, grpc))
+    found_openai = [r for r in ratios(outcome.results, "ours-openai") if r.versus == "vllm-openai"]
+    goals = report.checks(found, outcome.micro, grpc) + report.openai_checks(found_openai)
+    print(render(outcome, found, goals, grpc, found_openai))
     payload = {
         "started": stamp,
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
@@ -302,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [s.to_dict() for s in outcome.results],
         "ratios": [r.to_dict() for r in found],
         "grpc_vs_sse": [r.to_dict() for r in grpc],
+        "ratios_openai": [r.to_dict() for r in found_openai],
         "micro": [m.to_dict() for m in outcome.micro],
         "targets": goals,
         "failures": outcome.failures,

@@ -10,8 +10,14 @@ from typing import Any
 from bench.micro import MicroStats
 from bench.stats import LevelStats, Ratio
 
-TARGET_ORDER = ("engine", "ours", "ours-grpc", "vllm-openai")
-COLOURS = {"engine": "tab:green", "ours": "tab:blue", "ours-grpc": "tab:purple", "vllm-openai": "tab:orange"}
+TARGET_ORDER = ("engine", "ours", "ours-grpc", "ours-openai", "vllm-openai")
+COLOURS = {
+    "engine": "tab:green",
+    "ours": "tab:blue",
+    "ours-grpc": "tab:purple",
+    "ours-openai": "tab:red",
+    "vllm-openai": "tab:orange",
+}
 MICRO_US_PER_EVENT = 50.0
 
 
@@ -96,6 +102,36 @@ def grpc_table(found: Sequence[Ratio]) -> str:
         for r in found
     ]
     return markdown(header, rows)
+
+
+def openai_ratios_table(found: Sequence[Ratio]) -> str:
+    """ours-openai against vllm-openai: the same route, requests and engine arguments."""
+    header = ["C", "tok/s ours-openai/vllm-openai", "TTFT p50 ours-openai/vllm-openai"]
+    rows = [
+        [str(r.concurrency), fmt(r.tokens_per_s, 2), fmt(r.ttft_p50, 2)]
+        for r in sorted(found, key=lambda r: r.concurrency)
+    ]
+    return markdown(header, rows)
+
+
+def openai_checks(found: Sequence[Ratio]) -> list[dict[str, Any]]:
+    """The OpenAI frontend's targets against vLLM's own server (never asserted)."""
+    if not found:
+        return []
+    tokens = [r.tokens_per_s for r in found]
+    ttft = [r.ttft_p50 for r in found]
+    return [
+        {
+            "goal": "tok/s ours-openai ≥ 1.0 × vllm-openai at every C",
+            "values": tokens,
+            "met": all(v is not None and v >= 1.0 for v in tokens),
+        },
+        {
+            "goal": "TTFT p50 ours-openai ≤ vllm-openai at every C",
+            "values": ttft,
+            "met": all(v is not None and v <= 1.0 for v in ttft),
+        },
+    ]
 
 
 def micro_table(micro: Sequence[MicroStats]) -> str:

@@ -213,6 +213,12 @@ class VllmOpenAITarget(HttpTarget):
                 seen = total
 
 
+class OursOpenAITarget(VllmOpenAITarget):
+    """Our `/v1/completions`, streaming: the same requests as vLLM's server gets."""
+
+    name = "ours-openai"
+
+
 def ours_server(
     spec: ModelSpec,
     repository: Path,

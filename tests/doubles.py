@@ -13,6 +13,7 @@ from app.core.chunks import merge_chunks
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, ServerError
+from tests.openai_double import FakeOpenAIServing
 
 WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
@@ -48,6 +49,7 @@ class FakeEngine:
         fail_with: Exception | None = None,
         start_delay: float = 0.0,
         start_error: Exception | None = None,
+        openai: bool = True,
     ) -> None:
         self.requests: list[ReceivedRequest] = []
         self.active: set[str] = set()
@@ -63,6 +65,8 @@ class FakeEngine:
         self._start_delay = start_delay
         self._start_error = start_error
         self.ping_hangs = False
+        if openai:
+            self.openai_serving = FakeOpenAIServing(self)
 
     async def start(self) -> None:
         await asyncio.sleep(self._start_delay)

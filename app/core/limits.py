@@ -26,7 +26,16 @@ def check_request(request: GenerationRequest, model: ServingModel, limits: Reque
             f"{where}.max_tokens: {max_tokens} is above the model's context length of "
             f"{context_length} tokens"
         )
-    for key, limit in (("max_tokens", limits.max_tokens), ("n", limits.max_n)):
-        value = request.sampling.get(key)
+    check_limits(
+        {
+            f"{where}.max_tokens": (max_tokens, limits.max_tokens),
+            f"{where}.n": (request.sampling.get("n"), limits.max_n),
+        }
+    )
+
+
+def check_limits(values: dict[str, tuple[int | None, int | None]]) -> None:
+    """Refuse the first value above its limit: field name -> (value, limit); None is unset."""
+    for field, (value, limit) in values.items():
         if limit is not None and value is not None and value > limit:
-            raise InvalidRequestError(f"{where}.{key}: {value} is above this server's limit of {limit}")
+            raise InvalidRequestError(f"{field}: {value} is above this server's limit of {limit}", param=field)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from app.core.chunks import merge_chunks
+from app.core.guard import RequestGuard, with_deadline
 from app.core.limits import RequestLimits, check_request
 from app.core.timing import RequestTiming, StatisticsRecorder
 from app.core.types import GenerationChunk, GenerationObserver, GenerationRequest, ServingModel
-from app.errors import RequestTimeoutError
 
 
 class GenerationService:
@@ -97,6 +97,16 @@ class GenerationService:
             timing.finish()
             self.statistics.record_request(timing)
 
+    @asynccontextmanager
+    async def admission(
+        self, model: ServingModel, request_id: str, observer: GenerationObserver | None = None
+    ) -> AsyncIterator[RequestGuard]:
+        """Admit a request whose engine streams the frontend starts itself (through a library's
+        serving code): the guard checks its limits and runs each stream observed and within
+        the request's deadline, as `generate` does."""
+        async with model.admit(request_id):
+            yield RequestGuard(request_id, self.limits, observer, self.timeout_seconds)
+
     def _start(self, model: ServingModel, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Check the admitted request against the limits and the engine, then start it."""
         check_request(request, model, self.limits)
@@ -108,23 +118,6 @@ class GenerationService:
         if self.timeout_seconds is not None:
             chunks = with_deadline(chunks, self.timeout_seconds)
         return chunks
-
-
-async def with_deadline(chunks: AsyncIterator[GenerationChunk], seconds: float) -> AsyncIterator[GenerationChunk]:
-    """Abort (by closing the engine iterator) when the request runs past `seconds`."""
-    deadline = time.monotonic() + seconds
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                chunk = await asyncio.wait_for(anext(chunks), max(remaining, 0))
-            except StopAsyncIteration:
-                return
-            except asyncio.TimeoutError:
-                raise RequestTimeoutError(f"Request timed out after {seconds:g} s and was aborted") from None
-            yield chunk
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
 
 
 def observe(observer: GenerationObserver, chunk: GenerationChunk) -> None:

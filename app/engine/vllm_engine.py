@@ -21,11 +21,13 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
 from app.engine.metrics import MetricsProvider
+from app.engine.openai_options import engine_reasoning_parser, openai_options
+from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.engine.processes import engine_processes, kill_survivors
 from app.engine.ray_cluster import engine_group
 from app.engine.sampling import to_sampling_params
-from app.errors import EngineUnhealthyError, InvalidRequestError, ServerError
-from app.repository.layout import ModelSpec
+from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
+from app.repository.layout import CONFIG_FILE, ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,18 @@ class VllmEngine:
         ray_address: str | None = None,
     ) -> None:
         self._spec = spec
-        self._args = AsyncEngineArgs(**spec.engine_args)
+        self._openai_options = openai_options(spec)
+        engine_args = dict(spec.engine_args)
+        config_path = spec.version_path.parent / CONFIG_FILE
+        try:
+            check_tool_options(self._openai_options)
+        except ModelConfigError as exc:
+            raise ModelConfigError(f"{config_path}: {exc}") from exc
+        reasoning_parser = engine_reasoning_parser(self._openai_options, engine_args, config_path)
+        if reasoning_parser:
+            engine_args["reasoning_parser"] = reasoning_parser
+        self._engine_args = engine_args
+        self._args = AsyncEngineArgs(**engine_args)
         self._group = engine_group(self._args, ray_address)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
@@ -59,6 +72,8 @@ class VllmEngine:
         self._creating: asyncio.Future[AsyncLLM] | None = None
         self._processes: list[psutil.Process] = []
         self._tokenizer: Any = None
+        self._openai: VllmOpenAIServing | None = None
+        self._openai_requests: EngineRequests = {}
 
     async def start(self) -> None:
         """Wait for the engine's Ray group to be whole (if on Ray), then build the engine in a
@@ -75,13 +90,18 @@ class VllmEngine:
         self._processes = engine_processes(self._llm)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        try:
+            self._openai = VllmOpenAIServing(self._llm, self._spec, self._openai_options, self._openai_requests)
+        except ModelConfigError as exc:
+            await self.shutdown()
+            raise ModelConfigError(f"{self._spec.version_path.parent / CONFIG_FILE}: {exc}") from exc
 
     def engine_config(self) -> Any:
         """The engine's `VllmConfig` with the defaults `vllm serve` chooses for this hardware
         (its OpenAI-server usage context: e.g. 1,024 sequences and 8,192 batched tokens on an
         H100), wherever model.json does not set them. Built from fresh arguments: vLLM
         writes the defaults back into the ones it is given."""
-        args = AsyncEngineArgs(**self._spec.engine_args)
+        args = AsyncEngineArgs(**self._engine_args)
         return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
     def _create(self) -> AsyncLLM:
@@ -105,6 +125,7 @@ class VllmEngine:
             self._llm = await built(creating)
             self._processes = engine_processes(self._llm)
         llm, self._llm = self._llm, None
+        self._openai = None
         if llm is not None:
             processor = getattr(llm, "output_processor", None)
             if processor is not None:
@@ -152,9 +173,15 @@ class VllmEngine:
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
 
+    @property
+    def openai_serving(self) -> VllmOpenAIServing | None:
+        """vLLM's OpenAI API for this model (the OpenAI frontend's capability); None until started."""
+        return self._openai
+
     async def abort(self, request_id: str) -> None:
+        """Abort the request, or every engine request an OpenAI request admitted as `request_id` runs."""
         if self._llm is not None:
-            await self._llm.abort(request_id)
+            await self._llm.abort([request_id, *self._openai_requests.get(request_id, ())])
 
     @property
     def num_unfinished_requests(self) -> int:

@@ -1,6 +1,10 @@
-"""The server's exceptions as HTTP answers: a status per exception type, Triton's body."""
+"""The server's exceptions as HTTP answers: a status per exception type, and a JSON body
+whose shape depends on the API the path belongs to (Triton's `{"error": "..."}` by default)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,17 +16,21 @@ from app.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelUnavailableError,
+    NotSupportedError,
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
     ServerError,
     UnauthorizedError,
+    UnprocessableContentError,
 )
 from app.http.access_log import current_request
 from app.schemas.validation import format_validation_errors
 
 STATUS_BY_ERROR: dict[type[ServerError], int] = {
     PayloadTooLargeError: 413,
+    UnprocessableContentError: 422,
+    NotSupportedError: 501,
     InvalidRequestError: 400,
     UnauthorizedError: 401,
     ModelNotFoundError: 404,
@@ -36,6 +44,9 @@ HEADERS_BY_ERROR: dict[type[ServerError], dict[str, str]] = {
     OverloadedError: {"Retry-After": "1"},
     UnauthorizedError: {"WWW-Authenticate": "Bearer"},
 }
+
+ErrorBody = Callable[[ServerError, int], Any]
+"""The JSON body of an error answered with a given status."""
 
 
 def http_status(exc: ServerError) -> int:
@@ -57,30 +68,62 @@ def error_body(message: str) -> dict[str, str]:
     return {"error": message}
 
 
-def error_response(exc: ServerError) -> JSONResponse:
-    return JSONResponse(error_body(exc.message), status_code=http_status(exc), headers=http_headers(exc))
+def triton_error_body(exc: ServerError, status: int) -> dict[str, str]:
+    return error_body(exc.message)
 
 
-async def _server_error_handler(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ServerError)
-    record = current_request.get()
-    if record is not None:
-        record.error = exc.message
-    return error_response(exc)
+class ErrorBodies:
+    """Which body shape an error gets, by the longest matching path prefix; Triton's for
+    every other path."""
+
+    def __init__(self, default: ErrorBody = triton_error_body) -> None:
+        self._default = default
+        self._by_prefix: list[tuple[str, ErrorBody]] = []
+
+    def add(self, prefix: str, body: ErrorBody) -> None:
+        self._by_prefix.append((prefix, body))
+        self._by_prefix.sort(key=lambda entry: len(entry[0]), reverse=True)
+
+    def for_path(self, path: str) -> ErrorBody:
+        return next((body for prefix, body in self._by_prefix if path.startswith(prefix)), self._default)
 
 
-async def _validation_error_handler(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    return JSONResponse(error_body(format_validation_errors(exc.errors())), status_code=400)
+TRITON_ERRORS = ErrorBodies()
 
 
-async def _http_error_handler(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    return JSONResponse(error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+def error_response(
+    exc: ServerError,
+    path: str = "",
+    bodies: ErrorBodies = TRITON_ERRORS,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """`exc` answered with its status (or `status`) in the shape of the API `path` is under."""
+    status = status or http_status(exc)
+    body = bodies.for_path(path)(exc, status)
+    return JSONResponse(body, status_code=status, headers=headers or http_headers(exc))
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Map every exception a client can cause to `{"error": ...}` with its status."""
-    app.add_exception_handler(ServerError, _server_error_handler)
-    app.add_exception_handler(RequestValidationError, _validation_error_handler)
-    app.add_exception_handler(StarletteHTTPException, _http_error_handler)
+def install_error_handlers(app: FastAPI, bodies: ErrorBodies = TRITON_ERRORS) -> None:
+    """Map every exception a client can cause to an error body with its status."""
+
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServerError)
+        record = current_request.get()
+        if record is not None:
+            record.error = exc.message
+        return error_response(exc, request.url.path, bodies)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        error = InvalidRequestError(format_validation_errors(exc.errors()))
+        return error_response(error, request.url.path, bodies)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        error = ServerError(str(exc.detail))
+        return error_response(error, request.url.path, bodies, exc.status_code, exc.headers)
+
+    app.add_exception_handler(ServerError, server_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)

@@ -10,15 +10,16 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PayloadTooLargeError, UnauthorizedError
-from app.http.errors import error_response
+from app.http.errors import TRITON_ERRORS, ErrorBodies, error_response
 
 
 class BodySizeLimitMiddleware:
     """Answer 413 to bodies above `max_bytes`, by Content-Length or as they stream in."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, errors: ErrorBodies = TRITON_ERRORS) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.errors = errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -27,7 +28,7 @@ class BodySizeLimitMiddleware:
         too_large = PayloadTooLargeError(f"request body is larger than {self.max_bytes} bytes")
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(too_large)(scope, receive, send)
+            await error_response(too_large, scope["path"], self.errors)(scope, receive, send)
             return
         received = 0
         started = False
@@ -51,7 +52,7 @@ class BodySizeLimitMiddleware:
         except PayloadTooLargeError:
             if started:
                 raise
-            await error_response(too_large)(scope, receive, send)
+            await error_response(too_large, scope["path"], self.errors)(scope, receive, send)
 
 
 class ApiKeyMiddleware:
@@ -69,6 +70,7 @@ class ApiKeyMiddleware:
         open_paths: Iterable[str] = (),
         query_key_path: re.Pattern[str] | None = None,
         query_key_name: str = "api_key",
+        errors: ErrorBodies = TRITON_ERRORS,
     ) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
@@ -76,6 +78,7 @@ class ApiKeyMiddleware:
         self.open_paths = frozenset(open_paths)
         self.query_key_path = query_key_path
         self.query_key_name = query_key_name
+        self.errors = errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -88,7 +91,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         error = UnauthorizedError("missing or invalid API key: send `Authorization: Bearer <key>`")
-        await error_response(error)(scope, receive, send)
+        await error_response(error, scope["path"], self.errors)(scope, receive, send)
 
     def authorized(self, scope: Scope) -> bool:
         return self.valid(bearer_token(scope)) or self.valid(self.query_key(scope))

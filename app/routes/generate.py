@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.errors import ServerError
+from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.repository.served_model import ServedModel
 from app.routes.dependencies import (
     GenerateBody,
@@ -27,7 +28,7 @@ from app.routes.openapi_examples import (
     STREAM_RESPONSE,
 )
 from app.routes.query import generate_request_from_query, query_parameters_openapi
-from app.routes.responses import CLIENT_CLOSED_REQUEST, GenerationContext, open_responses
+from app.routes.responses import GenerationContext, open_responses
 from app.routes.sse import (
     EVENT_SOURCE_FRAMING,
     TRITON_FRAMING,

@@ -3,24 +3,22 @@ outputs as the backend's responses, the first one awaited while watching the cli
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import Request
 
 from app.core.service import GenerationService
 from app.core.types import GenerationChunk
 from app.errors import ServerError
+from app.http.disconnect import ClientDisconnected, until_disconnect
 from app.observability.access_log import RequestLog
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
 from app.triton.inputs import StreamPolicy, triton_request
 from app.triton.outputs import ResponseBuilder
 
-T = TypeVar("T")
-CLIENT_CLOSED_REQUEST = 499
 Responses = AsyncIterator[dict[str, Any]]
 
 
@@ -70,30 +68,3 @@ async def built(
         raise
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
-
-
-class ClientDisconnected(Exception):
-    """The client went away before the response was ready."""
-
-
-async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`, cancelling it (and so aborting its engine request) if the client leaves."""
-    work = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(wait_for_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if work in done:
-            return work.result()
-        work.cancel()
-        await asyncio.gather(work, return_exceptions=True)
-        raise ClientDisconnected()
-    finally:
-        watcher.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-
-
-async def wait_for_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

@@ -7,7 +7,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-TAGS = {"generate", "health", "models", "metrics"}
+TAGS = {"generate", "health", "models", "metrics", "openai"}
 GENERATE_PATHS = re.compile(r"/v2/models/\{model_name\}(/versions/\{model_version\})?/generate(_stream)?")
 ASSET_URLS = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url\s*:\s*['"]([^'"]+)['"]""")
 

@@ -1,0 +1,129 @@
+"""OpenAPI documentation of the v1 routes: request examples, responses, error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.openai.schemas import ChatCompletionResponse, CompletionResponse, OpenAIErrorResponse
+
+
+def error_example(description: str, status: int, kind: str, message: str, param: str | None = None) -> dict[str, Any]:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return {"model": OpenAIErrorResponse, "description": description, "content": {"application/json": {"example": body}}}
+
+
+NOT_FOUND = {404: error_example("Unknown model", 404, "NotFoundError", "The model `other` does not exist.", "model")}
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: error_example(
+        "Invalid body (`param` names the field)",
+        400,
+        "BadRequestError",
+        "max_tokens: Input should be a valid integer",
+        "max_tokens",
+    ),
+    401: error_example("Missing or wrong API key", 401, "UnauthorizedError", "missing or invalid API key"),
+    **NOT_FOUND,
+    503: error_example(
+        "Model not ready, overloaded (with Retry-After) or shutting down",
+        503,
+        "ServiceUnavailableError",
+        "Model 'smollm2' is overloaded: 64 requests pending; retry later",
+    ),
+}
+
+
+def request_body(schema: str, examples: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    content = {"schema": {"$ref": f"#/components/schemas/{schema}"}, "examples": examples}
+    return {"requestBody": {"required": True, "content": {"application/json": content}}}
+
+
+def example(summary: str, value: dict[str, Any]) -> dict[str, Any]:
+    return {"summary": summary, "value": value}
+
+
+COMPLETION_BODY = request_body(
+    "CompletionRequest",
+    {
+        "greedy": example("Greedy, 32 new tokens", {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 32, "temperature": 0}),
+        "stream": example(
+            "Stream, with the usage at the end",
+            {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 32, "stream": True, "stream_options": {"include_usage": True}},
+        ),
+        "n_logprobs": example(
+            "Two completions with the top-2 log probabilities",
+            {"model": "smollm2", "prompt": "1, 2, 3,", "max_tokens": 8, "n": 2, "temperature": 0.8, "seed": 1, "logprobs": 2},
+        ),
+    },
+)
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+CHAT_BODY = request_body(
+    "ChatCompletionRequest",
+    {
+        "chat": example(
+            "A conversation",
+            {"model": "smollm2", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32},
+        ),
+        "stream": example(
+            "Stream the answer",
+            {"model": "smollm2", "messages": [{"role": "user", "content": "Tell me a joke"}], "max_tokens": 48, "stream": True},
+        ),
+        "json_schema": example(
+            "Structured output: JSON that matches a schema",
+            {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "Give the largest city of Japan as JSON."}],
+                "max_tokens": 48,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "city",
+                        "schema": {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}}, "required": ["city", "population"]},
+                    },
+                },
+            },
+        ),
+        "tool": example(
+            "Call a named function",
+            {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "What's the weather in Paris?"}],
+                "tools": [WEATHER_TOOL],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "max_tokens": 48,
+            },
+        ),
+    },
+)
+
+SSE_EVENT = {
+    "type": "object",
+    "description": "One event: `data` is a chunk's JSON, an error's JSON, or `[DONE]` (the last one).",
+    "properties": {"data": {"type": "string"}},
+    "required": ["data"],
+}
+STREAM_CONTENT = {
+    "text/event-stream": {
+        "schema": SSE_EVENT,
+        "example": 'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" Paris"}]}\n\n'
+        "data: [DONE]\n\n",
+    }
+}
+
+COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": CompletionResponse, "description": "The completion, or its SSE chunks with `stream: true`", "content": STREAM_CONTENT},
+    **ERRORS,
+}
+CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": ChatCompletionResponse, "description": "The answer, or its SSE chunks with `stream: true`", "content": STREAM_CONTENT},
+    **ERRORS,
+}

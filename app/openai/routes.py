@@ -1,0 +1,64 @@
+"""The OpenAI-compatible routes: models, completions and chat completions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep
+from app.openai.calls import CHAT_COMPLETIONS, COMPLETIONS, OpenAIContext, respond
+from app.openai.examples import (
+    CHAT_BODY,
+    CHAT_RESPONSES,
+    COMPLETION_BODY,
+    COMPLETION_RESPONSES,
+    NOT_FOUND,
+)
+from app.openai.models import model_card_for, model_cards
+from app.openai.schemas import ModelCard, ModelList
+
+PREFIX = "/v1"
+router = APIRouter(prefix=PREFIX, tags=["openai"])
+
+
+@router.get("/models", summary="The models, versions and LoRA adapters served", response_model=ModelList)
+async def list_models(registry: RegistryDep) -> dict[str, Any]:
+    return {"object": "list", "data": model_cards(registry)}
+
+
+@router.get(
+    "/models/{model_id:path}",
+    summary="One model, version or LoRA adapter",
+    response_model=ModelCard,
+    responses=NOT_FOUND,
+)
+async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]:
+    return model_card_for(registry, model_id)
+
+
+@router.post(
+    "/completions",
+    summary="Complete a prompt (JSON, or Server-Sent Events with `stream: true`)",
+    response_model=None,
+    responses=COMPLETION_RESPONSES,
+    openapi_extra=COMPLETION_BODY,
+)
+async def completions(
+    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
+) -> Response:
+    return await respond(OpenAIContext(request, generation, log), registry, COMPLETIONS)
+
+
+@router.post(
+    "/chat/completions",
+    summary="Answer a conversation (JSON, or Server-Sent Events with `stream: true`)",
+    response_model=None,
+    responses=CHAT_RESPONSES,
+    openapi_extra=CHAT_BODY,
+)
+async def chat_completions(
+    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
+) -> Response:
+    return await respond(OpenAIContext(request, generation, log), registry, CHAT_COMPLETIONS)

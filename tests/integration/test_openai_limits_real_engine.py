@@ -1,0 +1,135 @@
+"""The OpenAI API's API keys, overload, timeouts and hostile input against the real engine, on a
+server of its own: API_KEYS, MAX_PENDING_REQUESTS=2, REQUEST_TIMEOUT_SECONDS=3, MAX_N=4."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+
+from tests.support.openai_api import engine_unfinished, openai_error
+from tests.support.servers import RunningServer, start_server
+
+KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MODEL = "smollm2"
+LONG = {"model": MODEL, "prompt": "Tell me a story", "max_tokens": 2000, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[RunningServer]:
+    env = {"API_KEYS": KEY, "MAX_PENDING_REQUESTS": "2", "REQUEST_TIMEOUT_SECONDS": "3", "MAX_N": "4", "AUTH_OPEN_METRICS": "true"}
+    server = start_server(name="openai-limits", env=env)
+    yield server
+    code, alive = server.stop(signal.SIGTERM)
+    for process in alive:
+        process.kill()
+    assert code == 0 and not alive
+
+
+def settle(base_url: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while engine_unfinished(base_url) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_unfinished(base_url) == 0
+
+
+def test_api_key_as_bearer_with_the_sdk(limited: RunningServer) -> None:
+    base = f"{limited.base_url}/v1"
+    with pytest.raises(openai.AuthenticationError) as refused:
+        openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).models.list()
+    assert refused.value.status_code == 401 and refused.value.body["type"] == "UnauthorizedError"
+    client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
+    assert [m.id for m in client.models.list()] == [MODEL]
+    stream = client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, stream=True)
+    assert len([chunk for chunk in stream]) == 4
+    openai_error(httpx.post(f"{base}/chat/completions", json={"model": MODEL, "messages": []}), 401)
+
+
+def test_overload_is_503_with_retry_after(limited: RunningServer) -> None:
+    url = f"{limited.base_url}/v1/completions"
+    started = threading.Barrier(3)
+
+    def hold() -> None:
+        with httpx.stream("POST", url, json={**LONG, "stream": True}, headers=AUTH, timeout=30) as response:
+            lines = response.iter_lines()
+            next(lines)
+            started.wait()
+            for _ in lines:
+                pass
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
+    for thread in holders:
+        thread.start()
+    started.wait()
+    response = httpx.post(url, json={**LONG, "max_tokens": 2}, headers=AUTH)
+    error = openai_error(response, 503)
+    assert response.headers["retry-after"] == "1" and "overloaded" in error["message"]
+    for thread in holders:
+        thread.join()
+    settle(limited.base_url)
+
+
+def test_timeout_is_504_or_a_last_error_event(limited: RunningServer) -> None:
+    url = f"{limited.base_url}/v1/completions"
+    error = openai_error(httpx.post(url, json=LONG, headers=AUTH, timeout=30), 504)
+    assert error["message"] == "Request timed out after 3 s and was aborted"
+    settle(limited.base_url)
+    response = httpx.post(url, json={**LONG, "stream": True}, headers=AUTH, timeout=30)
+    frames = [part.removeprefix("data: ") for part in response.text.split("\n\n") if part]
+    assert frames[-1] == "[DONE]" and json.loads(frames[-2])["error"]["code"] == 504
+    assert len(frames) > 10 and "choices" in json.loads(frames[0])
+    settle(limited.base_url)
+    assert "Traceback" not in limited.log_path.read_text(errors="replace")
+
+
+def test_server_limits_name_the_field(limited: RunningServer) -> None:
+    url = f"{limited.base_url}/v1/chat/completions"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 5}
+    assert openai_error(httpx.post(url, json=body, headers=AUTH), 400)["param"] == "n"
+
+
+def short(body: object) -> None:
+    """At most 8 new tokens per generated body, so that each one answers in well under the
+    timeout (whose 504 is the server's policy, not a failure)."""
+    if not isinstance(body, dict):
+        return
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 8:
+            body[key] = 8
+    if "max_tokens" not in body and "max_completion_tokens" not in body:
+        body["max_tokens"] = 8
+
+
+def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
+    """Generated bodies, valid and not, against vLLM's own request models: never a 5xx (but
+    the timeout's 504), every error in OpenAI's shape, and no engine request left behind."""
+    schema = schemathesis.openapi.from_url(f"{limited.base_url}/openapi.json").include(path_regex="^/v1/")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 4
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case) -> None:
+            short(case.body)
+            response = case.call(base_url=limited.base_url, headers=AUTH, timeout=30)
+            assert response.status_code < 500 or response.status_code == 504, response.text
+            case.validate_response(response, checks=[content_type_conformance, response_schema_conformance])
+            if response.status_code >= 400:
+                body = response.json()
+                assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+
+        check()
+    settle(limited.base_url)
+    assert httpx.get(f"{limited.base_url}/v2/health/ready").status_code == 200

@@ -1,0 +1,123 @@
+"""An OpenAI API double for the frontend's unit tests: it reads a few fields of the body,
+runs the engine double through the request's guard, and answers in OpenAI's shapes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.core.chunks import merge_chunks
+from app.core.guard import RequestGuard
+from app.core.types import GenerationChunk, GenerationRequest
+from app.errors import InvalidRequestError, ServerError
+
+
+class Body(BaseModel):
+    """The fields the double reads; others are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    max_tokens: int = Field(16, ge=1, le=2048)
+    n: int = Field(1, ge=1, le=64)
+    stream: bool = False
+    stop: str | list[str] | None = None
+    stream_options: dict[str, Any] | None = None
+
+
+class CompletionBody(Body):
+    prompt: str
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+
+
+class ChatBody(Body):
+    messages: list[Message] = Field(min_length=1)
+
+
+class FakeOpenAIServing:
+    """`OpenAIServing` over an engine double; records the calls it received."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.calls: list[dict[str, Any]] = []
+
+    async def create_completion(
+        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
+    ) -> dict[str, Any] | AsyncIterator[str]:
+        request = read(CompletionBody, body)
+        return await self._serve(request, request.prompt, "text_completion", guard, adapter, headers)
+
+    async def create_chat_completion(
+        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
+    ) -> dict[str, Any] | AsyncIterator[str]:
+        request = read(ChatBody, body)
+        prompt = " ".join(message.content for message in request.messages)
+        return await self._serve(request, prompt, "chat.completion", guard, adapter, headers)
+
+    async def _serve(
+        self, request: Body, prompt: str, kind: str, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
+    ) -> dict[str, Any] | AsyncIterator[str]:
+        self.calls.append({"body": request, "adapter": adapter, "request_id": guard.request_id, "headers": dict(headers)})
+        guard.check_limits(request.n, request.max_tokens if "max_tokens" in request.model_fields_set else None)
+        sampling = {"max_tokens": request.max_tokens, "n": request.n, "stop": request.stop}
+        generation = GenerationRequest(guard.request_id, prompt, sampling, stream=request.stream)
+        chunks = guard.stream(self.engine.generate(generation), counts)
+        name = adapter or request.model or "fake"
+        if request.stream:
+            return frames(chunks, kind, name, bool((request.stream_options or {}).get("include_usage")))
+        merged = merge_chunks([chunk async for chunk in chunks], request.n)
+        return response(merged, kind, name)
+
+
+def read(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = ".".join(str(part) for part in error["loc"])
+        raise InvalidRequestError(f"{param}: {error['msg']}", param=param) from exc
+
+
+def counts(chunk: GenerationChunk) -> tuple[int, int]:
+    return chunk.num_prompt_tokens, sum(c.num_tokens for c in chunk.completions)
+
+
+def choice(kind: str, index: int, text: str, finish_reason: str | None, delta: bool) -> dict[str, Any]:
+    if kind == "text_completion":
+        return {"index": index, "text": text, "finish_reason": finish_reason}
+    key = "delta" if delta else "message"
+    return {"index": index, key: {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+
+
+def response(chunk: GenerationChunk, kind: str, name: str) -> dict[str, Any]:
+    choices = [choice(kind, c.index, c.text, c.finish_reason, delta=False) for c in chunk.completions]
+    generated = sum(c.num_tokens for c in chunk.completions)
+    return {"id": "fake-1", "object": kind, "created": 0, "model": name, "choices": choices,
+            "usage": usage(chunk.num_prompt_tokens, generated)}
+
+
+async def frames(chunks: AsyncIterator[GenerationChunk], kind: str, name: str, include_usage: bool) -> AsyncIterator[str]:
+    """vLLM's framing: a chunk per step; a stream the core ended stops without an error
+    (the frontend reports it); the usage chunk; `[DONE]`."""
+    prompt_tokens = generated = 0
+    try:
+        async for chunk in chunks:
+            prompt_tokens = chunk.num_prompt_tokens or prompt_tokens
+            generated += sum(c.num_tokens for c in chunk.completions)
+            choices = [choice(kind, c.index, c.text, c.finish_reason, delta=True) for c in chunk.completions]
+            yield f"data: {json.dumps({'id': 'fake-1', 'object': kind + '.chunk', 'model': name, 'choices': choices})}\n\n"
+    except ServerError:
+        pass
+    if include_usage:
+        yield f"data: {json.dumps({'id': 'fake-1', 'choices': [], 'usage': usage(prompt_tokens, generated)})}\n\n"
+    yield "data: [DONE]\n\n"

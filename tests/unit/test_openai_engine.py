@@ -1,0 +1,194 @@
+"""The vLLM adapter's side of the OpenAI API without an engine: config.pbtxt options, vLLM's
+errors as the server's, and the guarded engine client vLLM's serving classes run on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from vllm import SamplingParams
+from vllm.sampling_params import RequestOutputKind
+
+from app.core.guard import RequestGuard
+from app.core.limits import RequestLimits
+from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
+from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
+from app.engine.openai_serving import GuardedEngineClient, as_server_error, parse
+from app.engine.vllm_engine import VllmEngine
+from app.errors import (
+    InvalidRequestError,
+    ModelConfigError,
+    ModelNotFoundError,
+    NotSupportedError,
+    OverloadedError,
+    RequestTimeoutError,
+    ServerError,
+)
+from app.repository.layout import load_repository
+from tests.support.repository import write_model
+
+
+def spec_with(tmp_path: Path, parameters: dict[str, str], **engine_args: Any):
+    entries = "\n".join(
+        f'parameters: {{ key: "{key}" value: {{ string_value: \'{value}\' }} }}' for key, value in parameters.items()
+    )
+    write_model(tmp_path / "repo", "m", config=entries, **(engine_args or {"model": "facebook/opt-125m"}))
+    (spec,) = load_repository(tmp_path / "repo")
+    return spec
+
+
+def test_options_default_to_vllms_flags(tmp_path: Path) -> None:
+    assert openai_options(spec_with(tmp_path, {"REPORT_CUSTOM_METRICS": "true"})) == OpenAIOptions()
+
+
+def test_options_are_read_from_config_pbtxt(tmp_path: Path) -> None:
+    options = openai_options(
+        spec_with(
+            tmp_path,
+            {
+                "OPENAI_TOOL_CALL_PARSER": "pythonic",
+                "OPENAI_ENABLE_AUTO_TOOL_CHOICE": "true",
+                "OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
+                "OPENAI_CHAT_TEMPLATE": "{{ messages[0].content }}",
+                "OPENAI_RESPONSE_ROLE": "bot",
+            },
+        )
+    )
+    assert options.tool_call_parser == "pythonic" and options.enable_auto_tool_choice
+    assert options.default_chat_template_kwargs == {"enable_thinking": False}
+    assert options.chat_template == "{{ messages[0].content }}" and options.response_role == "bot"
+
+
+def test_chat_template_files_are_found_from_the_model_folder(tmp_path: Path) -> None:
+    spec = spec_with(tmp_path, {"OPENAI_CHAT_TEMPLATE": "template.jinja"})
+    with pytest.raises(ModelConfigError, match="OPENAI_CHAT_TEMPLATE: no such file"):
+        openai_options(spec)
+    (tmp_path / "repo" / "m" / "template.jinja").write_text("{{ messages }}")
+    assert openai_options(spec).chat_template == str(tmp_path / "repo" / "m" / "template.jinja")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"OPENAI_TOOL_PARSER": "hermes"}, "unknown parameter 'OPENAI_TOOL_PARSER' (did you mean 'OPENAI_TOOL_CALL_PARSER'?)"),
+        ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "maybe"}, "parameter 'OPENAI_ENABLE_AUTO_TOOL_CHOICE'"),
+        ({"OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT": "xml"}, "parameter 'OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT'"),
+        ({"OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS": "{bad"}, "parameter 'OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS'"),
+        ({"OPENAI_TOOL_CALL_PARSER": "no_such_parser"}, "no tool-call parser 'no_such_parser' (known: "),
+        ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "true"}, "OPENAI_ENABLE_AUTO_TOOL_CHOICE needs OPENAI_TOOL_CALL_PARSER"),
+    ],
+)
+def test_bad_options_fail_when_the_engine_is_made(tmp_path: Path, parameters: dict[str, str], message: str) -> None:
+    spec = spec_with(tmp_path, parameters)
+    with pytest.raises(ModelConfigError, match="config.pbtxt") as raised:
+        VllmEngine(spec)
+    assert message in str(raised.value)
+
+
+def test_one_reasoning_parser_for_engine_and_api(tmp_path: Path) -> None:
+    options = OpenAIOptions(reasoning_parser="deepseek_r1")
+    assert engine_reasoning_parser(options, {}, tmp_path) == "deepseek_r1"
+    assert engine_reasoning_parser(OpenAIOptions(), {"reasoning_parser": "qwen3"}, tmp_path) == "qwen3"
+    with pytest.raises(ModelConfigError, match="differs"):
+        engine_reasoning_parser(options, {"reasoning_parser": "qwen3"}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(400, InvalidRequestError), (404, ModelNotFoundError), (501, NotSupportedError),
+     (503, OverloadedError), (504, RequestTimeoutError), (500, ServerError), (418, InvalidRequestError)],
+)
+def test_vllm_error_responses_become_the_servers_errors(status: int, error: type[ServerError]) -> None:
+    response = create_error_response("boom", status_code=HTTPStatus(status), param="top_k")
+    converted = as_server_error(response)
+    assert type(converted) is error and converted.message == "boom" and converted.param == "top_k"
+
+
+def test_bodies_are_read_by_vllms_models_with_the_field_named() -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(CompletionRequest, {"prompt": "x", "max_tokens": "many"})
+    assert raised.value.param == "max_tokens" and raised.value.message.startswith("max_tokens:")
+    with pytest.raises(InvalidRequestError) as raised:  # a vLLM validator raising its own error
+        parse(ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})
+    assert raised.value.param == "tool_choice"
+
+
+class FakeLLM:
+    """The `AsyncLLM` surface the guarded client uses: generate (one token per step), abort."""
+
+    def __init__(self, steps: int = 3, delay: float = 0.0) -> None:
+        self.steps, self.delay = steps, delay
+        self.model_config = SimpleNamespace(max_model_len=2048)
+        self.started: list[str] = []
+        self.closed: list[str] = []
+
+    async def generate(self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
+        self.started.append(request_id)
+        try:
+            for step in range(self.steps):
+                await asyncio.sleep(self.delay)
+                output = SimpleNamespace(token_ids=[step], text="x")
+                yield SimpleNamespace(prompt_token_ids=[1, 2] if step == 0 else None, outputs=[output])
+        finally:
+            self.closed.append(request_id)
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def record_chunk(self, num_prompt_tokens: int, num_new_tokens: int) -> None:
+        self.calls.append((num_prompt_tokens, num_new_tokens))
+
+
+async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitted_id() -> None:
+    llm, counts, requests = FakeLLM(), Counts(), {}
+    client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
+    assert client.model_config.max_model_len == 2048  # everything else is the engine's
+    outputs = client.generate({"prompt": "x"}, SamplingParams(max_tokens=3), "cmpl-1-0")
+    assert requests == {}  # known once it runs
+    assert await anext(outputs) and requests == {"admitted": {"cmpl-1-0"}}
+    assert [o async for o in outputs] and requests == {}
+    assert counts.calls == [(2, 1), (0, 1), (0, 1)]
+
+
+@pytest.mark.parametrize("kind", [RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY])
+async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestOutputKind) -> None:
+    llm = FakeLLM(steps=100, delay=0.02)
+    guard = RequestGuard("admitted", RequestLimits(), timeout_seconds=0.1)
+    outputs = GuardedEngineClient(llm, guard, {}).generate("x", SamplingParams(output_kind=kind), "r")
+    if kind is RequestOutputKind.DELTA:  # streaming: ends quietly, the frontend reports it
+        assert 1 <= len([o async for o in outputs]) < 100
+    else:
+        with pytest.raises(RequestTimeoutError):
+            [o async for o in outputs]
+    assert isinstance(guard.failure, RequestTimeoutError) and llm.closed == ["r"]
+
+
+async def test_integers_the_engine_cannot_carry_are_refused_before_it_sees_them() -> None:
+    llm = FakeLLM()
+    client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits()), {})
+    with pytest.raises(InvalidRequestError) as raised:
+        client.generate("x", SamplingParams(top_k=10**30), "r")
+    assert raised.value.param == "top_k" and llm.started == []
+    with pytest.raises(InvalidRequestError, match="logit_bias"):
+        client.generate("x", SamplingParams(logit_bias={2**70: 1.0}), "r")
+
+
+async def test_abort_reaches_the_engine_requests_of_an_admitted_request(tmp_path: Path) -> None:
+    engine = VllmEngine(spec_with(tmp_path, {}))
+    aborted: list[Any] = []
+
+    async def abort(ids: Any) -> None:
+        aborted.append(ids)
+
+    engine._llm = SimpleNamespace(abort=abort)  # type: ignore[assignment]
+    engine._openai_requests["admitted"] = {"cmpl-x-0"}
+    await engine.abort("admitted")
+    await engine.abort("triton-id")
+    assert aborted == [["admitted", "cmpl-x-0"], ["triton-id"]]
