@@ -27,6 +27,14 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = Settings(**parse_args(argv))  # type: ignore[arg-type]
     configure_logging(settings.log_level, settings.log_format)
+    processes = settings.frontend_process_count()
+    if processes > 1:
+        if settings.metrics_port:
+            raise SystemExit("METRICS_PORT: with several frontend processes, /metrics on the main port serves them all")
+        from app.supervisor import run
+
+        run(settings, processes)
+        return
     from app.main import create_app, create_grpc_server
     from app.server import serve
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_fastapi_instrumentator import Instrumentator
 
 import app as package
@@ -18,7 +18,8 @@ from app.core.service import GenerationService
 from app.grpc.server import GrpcOptions, GrpcServer
 from app.http.access_log import AccessLogMiddleware
 from app.http.errors import ErrorBodies, install_error_handlers
-from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware
+from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware, FrontendProcessHeader
+from app.multiprocess.link import SharedModelRegistry, WorkerLink
 from app.observability.load_metrics import ModelLoadCollector
 from app.observability.statistics import InferenceStatistics, StatisticsCollector
 from app.openai import routes as openai_routes
@@ -47,7 +48,7 @@ OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 
 
 def vllm_engines(
-    settings: Settings, metrics_registry: CollectorRegistry
+    settings: Settings, metrics_registry: CollectorRegistry, link: WorkerLink | None = None
 ) -> tuple[EngineFactory, EngineArgsCheck, Callable[[ModelSpec], None]]:
     """vLLM's engines, its check of model.json and what to forget of an unloaded model
     (imported here: a test with an engine double never loads vLLM)."""
@@ -59,6 +60,7 @@ def vllm_engines(
         cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
         report_all_metrics=settings.report_custom_metrics,
         ray_address=settings.ray_address,
+        cores=link,
     )
     return engines, vllm_engine_args, engines.forget
 
@@ -81,20 +83,25 @@ def lifecycle_options(settings: Settings) -> LifecycleOptions:
     )
 
 
-def build_runtime(settings: Settings, engine_factory: EngineFactory | None = None) -> Runtime:
-    """The registry of the repository's models, the generation service, the metrics."""
+def build_runtime(
+    settings: Settings, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
+) -> Runtime:
+    """The registry of the repository's models, the generation service, the metrics; in a
+    frontend process of several (`link`), on clients of the supervisor's engine cores."""
     metrics_registry = CollectorRegistry()
     check_engine_args: EngineArgsCheck = accept_engine_args
     on_unloaded = None
     if engine_factory is None:
-        engine_factory, check_engine_args, on_unloaded = vllm_engines(settings, metrics_registry)
-    registry = ModelRegistry(
+        engine_factory, check_engine_args, on_unloaded = vllm_engines(settings, metrics_registry, link)
+    shared = {"link": link} if link is not None else {}
+    registry = (SharedModelRegistry if link is not None else ModelRegistry)(
         settings.model_repository,
         engine_factory,
         only=settings.models,
         options=lifecycle_options(settings),
         check_engine_args=check_engine_args,
         on_unloaded=on_unloaded,
+        **shared,
     )
     metrics_registry.register(ModelLoadCollector(registry))
     inference_statistics = InferenceStatistics()
@@ -104,8 +111,14 @@ def build_runtime(settings: Settings, engine_factory: EngineFactory | None = Non
         timeout_seconds=settings.request_timeout_seconds,
         statistics=inference_statistics,
     )
+    if link is not None:
+        link.local_metrics = lambda: generate_latest(metrics_registry)
     return Runtime(
-        registry=registry, generation=generation, metrics_registry=metrics_registry, statistics=inference_statistics
+        registry=registry,
+        generation=generation,
+        metrics_registry=metrics_registry,
+        statistics=inference_statistics,
+        group=link,
     )
 
 
@@ -133,11 +146,12 @@ def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | Non
 
 
 def create_app(
-    settings: Settings | None = None, engine_factory: EngineFactory | None = None
+    settings: Settings | None = None, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
 ) -> FastAPI:
-    """Build the app; engines start in its lifespan, before it accepts traffic."""
+    """Build the app; engines start in its lifespan, before it accepts traffic. `link`: this
+    is one of several frontend processes sharing the supervisor's engine cores."""
     settings = settings or Settings()
-    runtime = build_runtime(settings, engine_factory)
+    runtime = build_runtime(settings, engine_factory, link)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -146,11 +160,17 @@ def create_app(
             metrics_server, _thread = start_http_server(
                 settings.metrics_port, addr=settings.host, registry=runtime.metrics_registry
             )
+        if link is not None:
+            await link.connect()
         await runtime.registry.start()
+        if link is not None:
+            await link.ready()
         try:
             yield
         finally:
             await runtime.registry.shutdown()
+            if link is not None:
+                await link.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
 
@@ -181,6 +201,8 @@ def create_app(
         registry=runtime.metrics_registry,
     ).instrument(app)
     add_middleware(app, settings, errors)
+    if link is not None:
+        app.add_middleware(FrontendProcessHeader, index=link.index)
     customise_openapi(app, GenerateRequest, RepositoryIndexRequest, *OPENAI_MODELS)
     return app
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
 from app.core.service import GenerationService
 from app.observability.statistics import InferenceStatistics
 from app.repository.registry import ModelRegistry
+
+
+class ProcessGroup(Protocol):
+    """The frontend processes sharing this one's engines (`FRONTEND_PROCESSES` > 1)."""
+
+    async def metrics(self) -> bytes:
+        """The Prometheus exposition of every process, merged."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -20,3 +29,4 @@ class Runtime:
     generation: GenerationService
     metrics_registry: CollectorRegistry
     statistics: InferenceStatistics
+    group: ProcessGroup | None = None

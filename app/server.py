@@ -86,7 +86,15 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
-def serve(app: FastAPI, host: str, port: int, log_level: str, side: SideServer | None = None) -> None:
+def serve(
+    app: FastAPI,
+    host: str,
+    port: int,
+    log_level: str,
+    side: SideServer | None = None,
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve until stopped; on `sockets` already bound (a frontend process of several)."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -97,6 +105,6 @@ def serve(app: FastAPI, host: str, port: int, log_level: str, side: SideServer |
         timeout_graceful_shutdown=5,
     )
     server = DrainingServer(config, app, side)
-    server.run()
+    server.run(sockets=sockets)
     if server.failed_side:
         raise SystemExit(3)

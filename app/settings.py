@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -107,6 +108,21 @@ class Settings(BaseSettings):
     )
     grpc_http2_max_ping_strikes: int = Field(2, ge=0, description="Strikes before the connection is closed.")
     grpc_reuse_port: bool = Field(False, description="SO_REUSEPORT: several processes share GRPC_PORT.")
+    frontend_processes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Processes serving HTTP, gRPC and OpenAI, sharing each model's engine core; "
+        "default: 1 without a GPU or with fewer than 8 cores, else a quarter of the cores (at most 8).",
+    )
+
+    def frontend_process_count(self) -> int:
+        """FRONTEND_PROCESSES, or the default for this machine's cores and GPUs."""
+        if self.frontend_processes is not None:
+            return self.frontend_processes
+        cores = len(os.sched_getaffinity(0))
+        has_gpu = bool(glob.glob("/dev/nvidia[0-9]*")) and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
+        return min(cores // 4, 8) if has_gpu and cores >= 8 else 1
 
     @field_validator("api_keys", "cors_allow_origins", mode="before")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from app.core.types import InferenceEngine
+from app.engine.client_slot import CoreBroker
 from app.engine.metrics import MetricsProvider
 from app.engine.vllm_engine import VllmEngine
 from app.repository.layout import ModelSpec
@@ -16,7 +17,8 @@ class VllmEngines:
     """Makes a `VllmEngine` per model version (an `EngineFactory`); their `vllm:` metrics
     are recorded when the model's config.pbtxt sets REPORT_CUSTOM_METRICS (or
     `report_all_metrics`), as in the backend, and kept across restarts and reloads until the
-    model is unloaded. Models on vLLM's Ray executor join the Ray cluster at `ray_address`."""
+    model is unloaded. Models on vLLM's Ray executor join the Ray cluster at `ray_address`;
+    with `cores`, each engine is a client of a core the supervisor process runs."""
 
     def __init__(
         self,
@@ -24,17 +26,23 @@ class VllmEngines:
         cpu_kvcache_space_gib: int,
         report_all_metrics: bool,
         ray_address: str | None = None,
+        cores: CoreBroker | None = None,
     ) -> None:
         self._provider = MetricsProvider(metrics_registry)
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._report_all_metrics = report_all_metrics
         self._ray_address = ray_address
+        self._cores = cores
 
     def __call__(self, spec: ModelSpec) -> InferenceEngine:
         report = self._report_all_metrics or spec.flag(REPORT_CUSTOM_METRICS)
         metrics = self._provider if report else None
         return VllmEngine(
-            spec, cpu_kvcache_space_gib=self._cpu_kvcache_space_gib, metrics=metrics, ray_address=self._ray_address
+            spec,
+            cpu_kvcache_space_gib=self._cpu_kvcache_space_gib,
+            metrics=metrics,
+            ray_address=self._ray_address,
+            cores=self._cores,
         )
 
     def forget(self, spec: ModelSpec) -> None:

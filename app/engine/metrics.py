@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from vllm.v1.metrics.loggers import StatLoggerBase
+from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from app.observability.labels import MODEL_LABELS as LABELS
 
@@ -184,3 +184,28 @@ class MetricsProvider:
     def clear_load(self, model: str, version: str) -> None:
         if self._metrics is not None:
             self._metrics.clear_load(model, version)
+
+
+class NoVllmPrometheus(PrometheusStatLogger):
+    """Stands in for vLLM's own Prometheus logger, which nobody scrapes here (the backend's
+    `vllm:` series above are ours) and which would cost CPU at every engine step; with
+    several frontend processes its series would also clash with ours. vLLM skips building
+    its own when a stat logger of this class is given."""
+
+    def __init__(self, vllm_config: Any, engine_indexes: list[int] | None = None) -> None:
+        self.engine_indexes = engine_indexes or [0]
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_sleep_state(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record_admission_rejection(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log(self) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass

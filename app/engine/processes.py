@@ -14,8 +14,14 @@ STOP_WAIT_SECONDS = 5.0
 
 
 def engine_processes(llm: Any) -> list[psutil.Process]:
-    """The engine-core processes an `AsyncLLM` started, and all of their descendants."""
+    """The engine-core processes an `AsyncLLM` started, and all of their descendants (none
+    for a client of a core started elsewhere)."""
     manager = getattr(getattr(getattr(llm, "engine_core", None), "resources", None), "engine_manager", None)
+    return engine_processes_of(manager)
+
+
+def engine_processes_of(manager: Any) -> list[psutil.Process]:
+    """The processes of vLLM's engine-core manager, and all of their descendants."""
     found: list[psutil.Process] = []
     for process in getattr(manager, "processes", ()):
         try:

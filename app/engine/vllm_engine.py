@@ -20,12 +20,14 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
-from app.engine.metrics import MetricsProvider
+from app.engine.client_slot import ClientSlot, CoreBroker
+from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.openai_options import engine_reasoning_parser, openai_options
 from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.engine.processes import engine_processes, kill_survivors
 from app.engine.ray_cluster import engine_group
 from app.engine.sampling import to_sampling_params
+from app.engine.shared_core import shared_engine_config
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
 from app.repository.layout import CONFIG_FILE, ModelSpec
 
@@ -43,7 +45,8 @@ except ImportError:  # pragma: no cover - older vLLM
 
 
 class VllmEngine:
-    """One `AsyncLLM` for one model version."""
+    """One `AsyncLLM` for one model version: with its own engine core, or as one client of a
+    core shared by several frontend processes (`client`)."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class VllmEngine:
         cpu_kvcache_space_gib: int = 2,
         metrics: MetricsProvider | None = None,
         ray_address: str | None = None,
+        cores: CoreBroker | None = None,
     ) -> None:
         self._spec = spec
         self._openai_options = openai_options(spec)
@@ -66,6 +70,9 @@ class VllmEngine:
         self._engine_args = engine_args
         self._args = AsyncEngineArgs(**engine_args)
         self._group = engine_group(self._args, ray_address)
+        self._cores = cores
+        """Set when the engine core runs elsewhere, shared with other frontend processes."""
+        self._slot: ClientSlot | None = None
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
         self._llm: AsyncLLM | None = None
@@ -85,6 +92,8 @@ class VllmEngine:
         except BaseException:
             await self._group.stop()
             raise
+        if self._cores is not None:
+            self._slot = await self._cores.acquire(self._spec)
         self._creating = asyncio.ensure_future(asyncio.to_thread(self._create))
         self._llm = await asyncio.shield(self._creating)
         self._processes = engine_processes(self._llm)
@@ -101,20 +110,30 @@ class VllmEngine:
         (its OpenAI-server usage context: e.g. 1,024 sequences and 8,192 batched tokens on an
         H100), wherever model.json does not set them. Built from fresh arguments: vLLM
         writes the defaults back into the ones it is given."""
+        if self._slot is not None:
+            return shared_engine_config(self._engine_args, self._slot.count, self._slot.index)
         args = AsyncEngineArgs(**self._engine_args)
         return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
     def _create(self) -> AsyncLLM:
         config = self.engine_config()
-        stat_loggers = None
+        stat_loggers: list[Any] = [NoVllmPrometheus]
         if self._metrics is not None:
             families = self._metrics.families(config.model_config.max_model_len)
-            stat_loggers = [families.stat_logger_factory(self._spec.name, self._spec.version)]
+            stat_loggers.append(families.stat_logger_factory(self._spec.name, self._spec.version))
+        client: dict[str, Any] = {}
+        if self._slot is not None:
+            client = {
+                "client_addresses": self._slot.client_addresses(),
+                "client_count": self._slot.count,
+                "client_index": self._slot.index,
+            }
         return AsyncLLM.from_vllm_config(
             config,
             stat_loggers=stat_loggers,
             enable_log_requests=self._args.enable_log_requests,
             disable_log_stats=self._args.disable_log_stats,
+            **client,
         )
 
     async def shutdown(self) -> None:
@@ -140,6 +159,9 @@ class VllmEngine:
             kill_survivors(self._processes)
             return_freed_memory()
         await self._group.stop()
+        slot, self._slot = self._slot, None
+        if slot is not None and self._cores is not None:
+            await self._cores.release(slot)
         if self._metrics is not None:
             self._metrics.clear_load(self._spec.name, self._spec.version)
 

@@ -128,3 +128,24 @@ def header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+class FrontendProcessHeader:
+    """`X-Frontend-Process: N` on every response of frontend process N of several, so that a
+    client (or a test) sees which process answered."""
+
+    def __init__(self, app: ASGIApp, index: int) -> None:
+        self.app = app
+        self._header = (b"x-frontend-process", str(index).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), self._header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)

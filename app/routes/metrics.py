@@ -16,4 +16,7 @@ router = APIRouter(tags=["metrics"])
     "/metrics", summary="Prometheus metrics", response_class=Response, responses={200: METRICS_RESPONSE}
 )
 async def metrics(runtime: RuntimeDep) -> Response:
+    """This process's series; with several frontend processes, all of theirs merged."""
+    if runtime.group is not None:
+        return Response(await runtime.group.metrics(), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(runtime.metrics_registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,33 @@
+"""Where a frontend process connects its client of a shared engine core (no vLLM import:
+the frontends' wiring names these types without loading the engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.repository.layout import ModelSpec
+
+
+@dataclass(frozen=True)
+class ClientSlot:
+    """Where frontend `index` of `count` connects its client to one engine core."""
+
+    input_address: str
+    output_address: str
+    count: int
+    index: int
+
+    def client_addresses(self) -> dict[str, str]:
+        return {"input_address": self.input_address, "output_address": self.output_address}
+
+
+class CoreBroker(Protocol):
+    """Hands a frontend process its client slot of a model version's shared engine core."""
+
+    async def acquire(self, spec: ModelSpec) -> ClientSlot:
+        """This process's slot of a running core for `spec` (a fresh core if this process
+        already used its slot of the current one)."""
+        ...
+
+    async def release(self, slot: ClientSlot) -> None: ...

@@ -1,0 +1,188 @@
+"""`FRONTEND_PROCESSES` > 1: the supervising process. It binds the HTTP port, runs each model
+version's engine core, and spawns the worker processes that serve HTTP, gRPC (SO_REUSEPORT)
+and the OpenAI routes as clients of those cores; SIGTERM drains every worker, then stops the
+cores. A worker that dies after it was ready is started again (its engines join fresh cores);
+one that dies before it was ever ready stops the whole group, as `vllm serve` does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from app.engine.shared_core import EngineCoreHost
+from app.multiprocess.channel import STREAM_LIMIT, Channel, ChannelClosed, RemoteError
+from app.multiprocess.cores import CoreHost, EngineCores
+from app.repository.layout import ModelSpec
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+WORKER_RESTART_DELAY_SECONDS = 1.0
+SUPERVISOR_SOCKET = "supervisor.sock"
+
+
+def run(settings: Settings, count: int) -> None:
+    """Serve with `count` frontend processes until stopped; exit with the group's status."""
+    code = asyncio.run(Supervisor(settings, count).run())
+    if code:
+        raise SystemExit(code)
+
+
+def core_host(name: str, version: str, engine_args: dict[str, Any], clients: int, run_dir: Path) -> CoreHost:
+    return EngineCoreHost(ModelSpec(name, version, Path("."), engine_args), clients, run_dir)
+
+
+def bind_http(host: str, port: int) -> socket.socket:
+    """The listening socket every worker accepts on (as uvicorn binds it for its workers)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, count: int) -> None:
+        self._settings = settings
+        self._count = count
+        self._run_dir = Path(tempfile.mkdtemp(prefix="tvg-frontends-"))
+        self._cores = EngineCores(count, self._run_dir, core_host)
+        self._processes: dict[int, BaseProcess] = {}
+        self._channels: dict[int, Channel] = {}
+        self._ready: set[int] = set()
+        self._stopping = asyncio.Event()
+        self._signals = 0
+        self._code = 0
+
+    async def run(self) -> int:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._settings.cpu_kvcache_space_gib))
+        path = str(self._run_dir / SUPERVISOR_SOCKET)
+        server = await asyncio.start_unix_server(self._connected, path=path, limit=STREAM_LIMIT)
+        http = bind_http(self._settings.host, self._settings.port)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        logger.info("serving with %d frontend processes", self._count)
+        try:
+            for index in range(self._count):
+                self._spawn(index, http, path)
+            await self._stopping.wait()
+            await self._wait_for_workers()
+        finally:
+            server.close()
+            await self._cores.stop_all()
+            http.close()
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+        return self._code
+
+    def _spawn(self, index: int, http: socket.socket, path: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        process = context.Process(
+            target=run_worker, name=f"frontend-{index}", args=(index, self._settings, http, path), daemon=False
+        )
+        process.start()
+        self._processes[index] = process
+        asyncio.get_running_loop().add_reader(process.sentinel, self._exited, index, http, path)
+
+    def _exited(self, index: int, http: socket.socket, path: str) -> None:
+        process = self._processes[index]
+        asyncio.get_running_loop().remove_reader(process.sentinel)
+        process.join()
+        self._channels.pop(index, None)
+        if self._stopping.is_set():
+            return
+        if index not in self._ready:
+            logger.error("frontend %d exited (code %s) before it was ready: stopping", index, process.exitcode)
+            self._code = process.exitcode or 1
+            self._stop_workers()
+            return
+        self._ready.discard(index)
+        logger.error("frontend %d exited (code %s): starting it again", index, process.exitcode)
+        asyncio.get_running_loop().call_later(WORKER_RESTART_DELAY_SECONDS, self._respawn, index, http, path)
+
+    def _respawn(self, index: int, http: socket.socket, path: str) -> None:
+        if not self._stopping.is_set():
+            self._spawn(index, http, path)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        logger.info("%s: stopping the frontends%s", signal.Signals(sig).name, " now" if self._signals > 1 else "")
+        self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        self._stopping.set()
+        for process in self._processes.values():
+            if process.is_alive() and process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+
+    async def _wait_for_workers(self) -> None:
+        for process in self._processes.values():
+            await asyncio.to_thread(process.join)
+            if process.exitcode and not self._code:
+                self._code = process.exitcode
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        channel = Channel(reader, writer, lambda op, args: self._answer(channel, op, args))
+        await channel.serve()
+
+    async def _answer(self, channel: Channel, op: str, args: dict[str, Any]) -> Any:
+        worker = args.pop("worker")
+        if op == "hello":
+            self._channels[worker] = channel
+            return None
+        if op == "ready":
+            self._ready.add(worker)
+            return None
+        if op == "acquire":
+            key = (args["key"]["model"], args["key"]["version"], args["key"]["load"])
+            return await self._cores.acquire(key, args["engine_args"], worker)
+        if op == "release":
+            key = (args["key"]["model"], args["key"]["version"], args["key"]["load"])
+            await self._cores.release(key, args["epoch"], worker)
+            return None
+        if op == "gather":
+            return await self._gather(args["what"])
+        if op == "share":
+            await self._share(worker, args["what"], args["args"])
+            return None
+        raise ValueError(f"unknown call {op!r}")
+
+    async def _gather(self, op: str) -> list[Any]:
+        replies = await asyncio.gather(*(c.call(op) for c in list(self._channels.values())), return_exceptions=True)
+        return [reply for reply in replies if not isinstance(reply, BaseException)]
+
+    async def _share(self, origin: int, op: str, args: dict[str, Any]) -> None:
+        others = [c for index, c in list(self._channels.items()) if index != origin]
+        replies = await asyncio.gather(*(c.call(op, **args) for c in others), return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, RemoteError):
+                raise reply
+            if isinstance(reply, BaseException) and not isinstance(reply, ChannelClosed):
+                raise reply
+
+
+def run_worker(index: int, settings: Settings, http: socket.socket, path: str) -> None:
+    """A frontend process: the whole app (HTTP, gRPC, OpenAI) on clients of the shared cores."""
+    from app.main import create_app, create_grpc_server
+    from app.multiprocess.link import WorkerLink
+    from app.observability.access_log import configure_logging
+    from app.server import serve
+
+    configure_logging(settings.log_level, settings.log_format)
+    settings = settings.model_copy(update={"grpc_reuse_port": True})
+    link = WorkerLink(index, path)
+    app = create_app(settings, link=link)
+    grpc_server = create_grpc_server(settings, app.state.runtime)
+    serve(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=[http])

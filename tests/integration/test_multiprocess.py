@@ -1,0 +1,154 @@
+"""Two frontend processes sharing one engine core (FRONTEND_PROCESSES=2) against the real
+engine: the same text as the single-process server, one aggregated /metrics, repository
+changes made in both processes, disconnects that abort engine work, and a drain on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections.abc import Iterator
+
+import httpx
+import psutil
+import pytest
+
+from tests.integration.test_metrics_and_health import scrape
+from tests.support.servers import RunningServer, start_server
+from tests.support.waiting import wait_for
+
+GENERATE = "/v2/models/smollm2/generate"
+STREAM = "/v2/models/smollm2/generate_stream"
+GREEDY = {"text_input": "What is Triton Inference Server?", "parameters": {"temperature": 0, "max_tokens": 16}}
+PROCESS_HEADER = "x-frontend-process"
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[RunningServer]:
+    env = {"FRONTEND_PROCESSES": "2", "CPU_KVCACHE_SPACE_GIB": "1", "DRAIN_TIMEOUT_SECONDS": "20"}
+    server = start_server(name="frontends", env=env)
+    yield server
+    if server.process.poll() is None:
+        server.stop(signal.SIGTERM)
+
+
+@pytest.fixture
+def group_http(group: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=group.base_url, timeout=120) as client:
+        yield client
+
+
+def concurrently(count: int, call: object) -> list[httpx.Response]:
+    """`count` requests at once, each on its own connection (so both processes accept some)."""
+    results: list[httpx.Response] = []
+
+    def one() -> None:
+        results.append(call())  # type: ignore[operator]
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def post(base_url: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(base_url + path, json=body, timeout=120)
+
+
+def test_two_frontend_processes_share_one_engine_core(group: RunningServer) -> None:
+    supervisor = psutil.Process(group.process.pid)
+    children = supervisor.children()
+    frontends = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    cores = [p for p in children if "EngineCore" in p.name()]
+    assert len(frontends) == 2 and len(cores) == 1, [p.name() for p in children]
+    for frontend in frontends:
+        assert not [p for p in frontend.children(recursive=True) if "EngineCore" in p.name()]
+
+
+def test_both_processes_answer_the_single_process_text(group: RunningServer, http: httpx.Client) -> None:
+    expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
+    seen: set[str] = set()
+    for _ in range(10):
+        responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
+        assert {r.status_code for r in responses} == {200}
+        assert {r.json()["text_output"] for r in responses} == {expected}
+        seen |= {r.headers[PROCESS_HEADER] for r in responses}
+        if seen == {"0", "1"}:
+            break
+    assert seen == {"0", "1"}
+
+
+def test_metrics_count_the_requests_of_every_process(group: RunningServer, group_http: httpx.Client) -> None:
+    before = scrape(group_http)
+    responses = concurrently(12, lambda: post(group.base_url, GENERATE, GREEDY))
+    assert [r.status_code for r in responses] == [200] * 12
+    after = scrape(group_http)
+    assert after["nv_inference_request_success_total"] - before.get("nv_inference_request_success_total", 0) == 12
+    generated = after["vllm:generation_tokens_total"] - before.get("vllm:generation_tokens_total", 0)
+    assert generated == 12 * GREEDY["parameters"]["max_tokens"]
+    assert after["server_requests_in_flight"] == 0
+
+
+def test_closed_streams_leave_no_engine_work(group: RunningServer, group_http: httpx.Client) -> None:
+    body = {"text_input": "Tell me a long story.", "parameters": {"max_tokens": 400, "ignore_eos": True}}
+
+    def open_and_close() -> httpx.Response:
+        with httpx.Client(base_url=group.base_url, timeout=120) as client, client.stream("POST", STREAM, json=body) as response:
+            next(response.iter_lines())
+            return response
+
+    responses = concurrently(8, open_and_close)
+    assert {r.headers[PROCESS_HEADER] for r in responses} <= {"0", "1"}
+    assert wait_for(lambda: scrape(group_http)["server_engine_requests_unfinished"] == 0, 30, 0.5)
+    assert scrape(group_http)["server_requests_in_flight"] == 0
+
+
+def test_unload_and_load_apply_to_every_process(group: RunningServer, group_http: httpx.Client) -> None:
+    assert group_http.post("/v2/repository/models/smollm2/unload").status_code == 200
+    statuses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
+    assert {r.status_code for r in statuses} == {404}
+    assert group_http.post("/v2/repository/models/smollm2/load").status_code == 200
+    responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
+    assert {r.status_code for r in responses} == {200}
+    assert len({r.json()["text_output"] for r in responses}) == 1
+    cores = [p for p in psutil.Process(group.process.pid).children() if "EngineCore" in p.name()]
+    assert len(cores) == 1
+
+
+def test_sigterm_drains_every_process(group: RunningServer) -> None:
+    body = {
+        "text_input": "Count to fifty.",
+        "return_finish_reason": True,
+        "parameters": {"max_tokens": 48, "ignore_eos": True},
+    }
+    events: list[list[dict]] = []
+
+    def stream() -> None:
+        with httpx.Client(base_url=group.base_url, timeout=120) as client, client.stream("POST", STREAM, json=body) as response:
+            events.append([json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")])
+
+    threads = [threading.Thread(target=stream) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    assert wait_for(lambda: scrape_in_flight(group) >= 6, 30, 0.1)
+    descendants = psutil.Process(group.process.pid).children(recursive=True)
+    group.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=120)
+    assert group.process.wait(timeout=120) == 0, group.log_tail()
+    assert len(events) == 6
+    for stream_events in events:
+        assert "error" not in stream_events[-1]
+        assert stream_events[-1]["finish_reason"] == "length"
+    _, alive = psutil.wait_procs(descendants, timeout=15)
+    assert not alive
+
+
+def scrape_in_flight(group: RunningServer) -> float:
+    try:
+        with httpx.Client(base_url=group.base_url, timeout=10) as client:
+            return scrape(client).get("server_requests_in_flight", 0)
+    except httpx.TransportError:
+        return 0
