@@ -1,0 +1,2 @@
+# The environment of every GPU-host command (GPU-RUN.md): the unpacked vLLM, no flashinfer.
+export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_CACHE_ROOT=/tmp/vllm-cache
