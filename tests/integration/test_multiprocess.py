@@ -58,9 +58,8 @@ def post(base_url: str, path: str, body: dict) -> httpx.Response:
 
 
 def test_two_frontend_processes_share_one_engine_core(group: RunningServer) -> None:
-    supervisor = psutil.Process(group.process.pid)
-    children = supervisor.children()
-    frontends = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    children = psutil.Process(group.process.pid).children()
+    frontends = frontend_processes(group)
     cores = [p for p in children if "EngineCore" in p.name()]
     assert len(frontends) == 2 and len(cores) == 1, [p.name() for p in children]
     for frontend in frontends:
@@ -113,6 +112,26 @@ def test_unload_and_load_apply_to_every_process(group: RunningServer, group_http
     responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
     assert {r.status_code for r in responses} == {200}
     assert len({r.json()["text_output"] for r in responses}) == 1
+    cores = [p for p in psutil.Process(group.process.pid).children() if "EngineCore" in p.name()]
+    assert len(cores) == 1
+
+
+def frontend_processes(group: RunningServer) -> list[psutil.Process]:
+    return [p for p in psutil.Process(group.process.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+
+
+def test_a_killed_frontend_process_is_started_again(group: RunningServer, http: httpx.Client) -> None:
+    expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
+    killed = frontend_processes(group)[0]
+    killed.kill()
+    assert wait_for(lambda: len(frontend_processes(group)) == 2 and killed.pid not in {p.pid for p in frontend_processes(group)}, 60, 0.5)
+
+    def both_serve() -> bool:
+        responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
+        served = {r.headers.get(PROCESS_HEADER) for r in responses if r.status_code == 200 and r.json()["text_output"] == expected}
+        return served == {"0", "1"}
+
+    assert wait_for(both_serve, 300, 2), group.log_tail()
     cores = [p for p in psutil.Process(group.process.pid).children() if "EngineCore" in p.name()]
     assert len(cores) == 1
 

@@ -1,0 +1,178 @@
+"""The pieces of the multi-process mode without an engine: core hand-out and replacement,
+the merged metrics, the supervisor channel, overrides on the wire, the default count."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import model_config_pb2
+
+from app.engine.client_slot import ClientSlot
+from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
+from app.multiprocess.cores import EngineCores
+from app.multiprocess.link import decode_override, encode_override
+from app.multiprocess.metrics import merge_expositions
+from app.repository.overrides import ModelOverride
+from app.settings import Settings
+
+KEY = ("m", "1", "start")
+
+
+class FakeHost:
+    def __init__(self, clients: int) -> None:
+        self.slots = [ClientSlot(f"in-{i}", f"out-{i}", clients, i) for i in range(clients)]
+        self.launched = self.notified = self.stopped = False
+        self.dead = threading.Event()
+
+    def launch(self) -> None:
+        self.launched = True
+
+    def wait_until_dead(self) -> None:
+        self.dead.wait()
+
+    def notify_dead(self) -> None:
+        self.notified = True
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.dead.set()
+
+
+class Hosts:
+    def __init__(self) -> None:
+        self.made: list[FakeHost] = []
+
+    def __call__(self, name: str, version: str, engine_args: dict[str, Any], clients: int, run_dir: Path) -> FakeHost:
+        host = FakeHost(clients)
+        self.made.append(host)
+        return host
+
+
+async def test_workers_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_one(tmp_path: Path) -> None:
+    hosts = Hosts()
+    cores = EngineCores(2, tmp_path, hosts)
+    first = await cores.acquire(KEY, {}, 0)
+    second = await cores.acquire(KEY, {}, 1)
+    assert len(hosts.made) == 1 and hosts.made[0].launched
+    assert (first["index"], second["index"], first["epoch"]) == (0, 1, 1)
+    again = await cores.acquire(KEY, {}, 0)  # worker 0's engine restarted: the core cannot take it back
+    assert len(hosts.made) == 2 and again["epoch"] == 2
+    assert hosts.made[0].notified and hosts.made[0].stopped  # worker 1's engine learns it must restart
+    await cores.release(KEY, 1, 1)  # a release for the old core changes nothing
+    assert not hosts.made[1].stopped
+    await cores.stop_all()
+
+
+async def test_a_core_stops_once_every_worker_released_it(tmp_path: Path) -> None:
+    hosts = Hosts()
+    cores = EngineCores(2, tmp_path, hosts)
+    for worker in (0, 1):
+        await cores.acquire(KEY, {}, worker)
+    await cores.release(KEY, 1, 0)
+    assert not hosts.made[0].stopped
+    await cores.release(KEY, 1, 1)
+    assert hosts.made[0].stopped
+
+
+async def test_a_dead_core_is_reported_to_its_clients_and_replaced_on_the_next_request(tmp_path: Path) -> None:
+    hosts = Hosts()
+    cores = EngineCores(2, tmp_path, hosts)
+    await cores.acquire(KEY, {}, 0)
+    hosts.made[0].dead.set()  # the core process exited
+    for _ in range(100):
+        if hosts.made[0].notified:
+            break
+        await asyncio.sleep(0.01)
+    assert hosts.made[0].notified
+    replaced = await cores.acquire(KEY, {}, 1)
+    assert len(hosts.made) == 2 and replaced["epoch"] == 2
+    await cores.stop_all()
+
+
+async def test_a_reload_gets_its_own_core_beside_the_old_one(tmp_path: Path) -> None:
+    hosts = Hosts()
+    cores = EngineCores(1, tmp_path, hosts)
+    await cores.acquire(KEY, {}, 0)
+    await cores.acquire(("m", "1", "0-reload"), {}, 0)
+    assert len(hosts.made) == 2 and not hosts.made[0].stopped
+    await cores.release(KEY, 1, 0)
+    assert hosts.made[0].stopped and not hosts.made[1].stopped
+    await cores.stop_all()
+
+
+def exposition(success: int, restarts: int, cache: float, latency: float) -> str:
+    registry = CollectorRegistry()
+    Counter("nv_inference_request_success", "ok", ["model"], registry=registry).labels("m").inc(success)
+    Counter("server_engine_restarts", "restarts", ["model"], registry=registry).labels("m").inc(restarts)
+    Gauge("vllm:gpu_cache_usage_perc", "cache", ["model"], registry=registry).labels("m").set(cache)
+    Histogram("ttft", "ttft", ["model"], buckets=[0.1, 1], registry=registry).labels("m").observe(latency)
+    return generate_latest(registry).decode()
+
+
+def test_metrics_of_every_process_merge_into_one_exposition() -> None:
+    merged = merge_expositions([exposition(3, 1, 0.25, 0.05), exposition(4, 1, 0.5, 0.5)]).decode()
+    samples = {
+        (sample.name, sample.labels.get("le")): sample.value
+        for family in text_string_to_metric_families(merged)
+        for sample in family.samples
+    }
+    assert samples[("nv_inference_request_success_total", None)] == 7
+    assert samples[("server_engine_restarts_total", None)] == 1  # one core restart, seen by both
+    assert samples[("vllm:gpu_cache_usage_perc", None)] == 0.5
+    assert samples[("ttft_bucket", "0.1")] == 1 and samples[("ttft_bucket", "1.0")] == 2
+    assert samples[("ttft_count", None)] == 2 and samples[("ttft_sum", None)] == pytest.approx(0.55)
+
+
+async def test_the_channel_answers_calls_both_ways_and_fails_them_when_closed() -> None:
+    async def supervisor_side(op: str, args: dict[str, Any]) -> Any:
+        if op == "fail":
+            raise ValueError("the field 'x' is wrong")
+        if op == "hang":
+            await asyncio.sleep(60)
+        return {"op": op, **args}
+
+    async def worker_side(op: str, args: dict[str, Any]) -> Any:
+        return "metrics text"
+
+    worker_end, supervisor_end = socket.socketpair()
+    worker = Channel(*await asyncio.open_connection(sock=worker_end), worker_side)
+    supervisor = Channel(*await asyncio.open_connection(sock=supervisor_end), supervisor_side)
+    tasks = [asyncio.create_task(worker.serve()), asyncio.create_task(supervisor.serve())]
+    assert await worker.call("acquire", worker=1) == {"op": "acquire", "worker": 1}
+    assert await supervisor.call("metrics") == "metrics text"
+    with pytest.raises(RemoteError, match="the field 'x' is wrong") as raised:
+        await worker.call("fail")
+    assert raised.value.kind == "ValueError"
+    pending = asyncio.create_task(worker.call("hang"))
+    await asyncio.sleep(0.05)
+    await supervisor.close()
+    await worker.close()
+    with pytest.raises(ChannelClosed):
+        await asyncio.wait_for(pending, 5)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_a_load_override_crosses_to_the_other_processes_unchanged() -> None:
+    config = model_config_pb2.ModelConfig(name="m", backend="vllm")
+    override = ModelOverride(config, {PurePosixPath("1/model.json"): b'{"model": "x"}'})
+    back = decode_override(encode_override(override))
+    assert back is not None and back.config == config and back.files == override.files
+    assert decode_override(encode_override(None)) is None
+
+
+def test_frontend_processes_default_to_one_on_a_machine_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FRONTEND_PROCESSES", raising=False)
+    monkeypatch.setattr("app.settings.glob.glob", lambda pattern: [])
+    assert Settings().frontend_process_count() == 1
+    monkeypatch.setattr("app.settings.glob.glob", lambda pattern: ["/dev/nvidia0"])
+    monkeypatch.setattr("app.settings.os.sched_getaffinity", lambda pid: set(range(16)))
+    assert Settings().frontend_process_count() == 4
+    monkeypatch.setenv("FRONTEND_PROCESSES", "3")
+    assert Settings().frontend_process_count() == 3
