@@ -61,6 +61,8 @@ class Supervisor:
         self._processes: dict[int, BaseProcess] = {}
         self._channels: dict[int, Channel] = {}
         self._ready: set[int] = set()
+        self._loads: dict[str, str] = {}
+        """Model -> the token of its latest load, shared by every worker's engines."""
         self._stopping = asyncio.Event()
         self._signals = 0
         self._code = 0
@@ -139,9 +141,9 @@ class Supervisor:
 
     async def _answer(self, channel: Channel, op: str, args: dict[str, Any]) -> Any:
         worker = args.pop("worker")
-        if op == "hello":
+        if op == "hello":  # a (re)started worker joins the current loads' cores
             self._channels[worker] = channel
-            return None
+            return self._loads
         if op == "ready":
             self._ready.add(worker)
             return None
@@ -155,9 +157,16 @@ class Supervisor:
         if op == "gather":
             return await self._gather(args["what"])
         if op == "share":
+            self._remember(args["what"], args["args"])
             await self._share(worker, args["what"], args["args"])
             return None
         raise ValueError(f"unknown call {op!r}")
+
+    def _remember(self, op: str, args: dict[str, Any]) -> None:
+        if op == "load":
+            self._loads[args["name"]] = args["load"]
+        elif op == "unload":
+            self._loads.pop(args["name"], None)
 
     async def _gather(self, op: str) -> list[Any]:
         replies = await asyncio.gather(*(c.call(op) for c in list(self._channels.values())), return_exceptions=True)

@@ -50,7 +50,7 @@ class WorkerLink:
         reader, writer = await asyncio.open_unix_connection(self._path, limit=STREAM_LIMIT)
         self._channel = Channel(reader, writer, self._answer)
         self._serving = asyncio.create_task(self._serve())
-        await self._call("hello")
+        self._loads.update(await self._call("hello"))
 
     async def ready(self) -> None:
         """Tell the supervisor this process serves (a later exit is restarted, not fatal)."""
