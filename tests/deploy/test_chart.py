@@ -65,6 +65,11 @@ def test_engine_restart_policy_and_reload_mode_reach_the_server(case: str, in_pl
     assert variables["RELOAD_IN_PLACE"] == in_place
 
 
+def test_frontend_processes_reach_the_server_only_when_set() -> None:
+    assert "FRONTEND_PROCESSES" not in env(render("default"))
+    assert env(render("gpu", ("server.frontendProcesses=4",)))["FRONTEND_PROCESSES"] == "4"
+
+
 def test_liveness_fails_only_for_good_so_its_probe_may_act_fast() -> None:
     """Live is 503 only once a model's restarts are exhausted (readiness covers restarts)."""
     docs = render("default", ("server.engineRestart.enabled=false",))

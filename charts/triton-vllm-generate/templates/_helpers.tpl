@@ -150,6 +150,10 @@ LeaderWorkerSet's leader). */}}
 {{- end }}
 - name: RELOAD_IN_PLACE
   value: {{ .Values.server.reloadInPlace | quote }}
+{{- with .Values.server.frontendProcesses }}
+- name: FRONTEND_PROCESSES
+  value: {{ . | quote }}
+{{- end }}
 {{- with include "tvg.apiKeysSecret" . }}
 - name: API_KEYS
   valueFrom:
