@@ -37,7 +37,7 @@ def spec_with(tmp_path: Path, parameters: dict[str, str], **engine_args: Any):
     entries = "\n".join(
         f'parameters: {{ key: "{key}" value: {{ string_value: \'{value}\' }} }}' for key, value in parameters.items()
     )
-    write_model(tmp_path / "repo", "m", config=entries, **(engine_args or {"model": "facebook/opt-125m"}))
+    write_model(tmp_path / "repo", "m", config=entries, **(engine_args or {"model": str(tmp_path)}))
     (spec,) = load_repository(tmp_path / "repo")
     return spec
 
