@@ -44,7 +44,6 @@ __all__ = [
     "accepted",
     "create_error_response",
     "load_chat_template",
-    "warm_up",
 ]
 
 
@@ -53,13 +52,3 @@ def accepted(cls: type, arguments: dict[str, Any]) -> dict[str, Any]:
     older ones, where their defaults hold anyway."""
     parameters = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
     return {key: value for key, value in arguments.items() if key in parameters}
-
-
-def warm_up(renderer: Any, chat: Any) -> None:
-    """Render a chat template once before the first request (0.32: the renderer's method;
-    0.25: the chat server's)."""
-    for owner in (renderer, chat):
-        warmup = getattr(owner, "warmup", None)
-        if callable(warmup):
-            warmup()
-            return

@@ -28,7 +28,6 @@ from app.engine.openai_compat import (
     accepted,
     create_error_response,
     load_chat_template,
-    warm_up,
 )
 from app.engine.openai_options import OpenAIOptions
 from app.errors import (
@@ -162,7 +161,6 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, A
         completion = OpenAIServingCompletion(llm, models, online_renderer=renderer, request_logger=None, **usage)
         chat_arguments = {**shared, **usage, "reasoning_parser": reasoning or "", "online_renderer": renderer}
         chat = OpenAIServingChat(llm, models, options.response_role, **accepted(OpenAIServingChat, chat_arguments))
-        warm_up(renderer, chat)
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
     return completion, chat

@@ -141,12 +141,6 @@ def test_a_reload_with_a_broken_model_json_keeps_the_old_engine(http: httpx.Clie
     assert http.post(GENERATE, json=GREEDY).status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="regressed with the OpenAI serving classes built at each engine start: ~40 MiB a reload "
-    "stays, tokenizer copies of vLLM's HfRenderer thread pool (maybe_make_thread_pool's closure) "
-    "outlive the engine; without them RSS is flat (679-681 MiB over 3 starts). Open: issue 15.",
-)
 def test_memory_returns_to_its_level_after_reloads(healing: RunningServer, http: httpx.Client) -> None:
     assert http.post(LOAD).status_code == 200
     after_first = server_rss_mib(healing)
