@@ -64,6 +64,7 @@ class Supervisor:
         self._loads: dict[str, str] = {}
         """Model -> the token of its latest load, shared by every worker's engines."""
         self._stopping = asyncio.Event()
+        self._draining: set[int] = set()
         self._signals = 0
         self._code = 0
 
@@ -124,15 +125,18 @@ class Supervisor:
 
     def _stop_workers(self) -> None:
         self._stopping.set()
-        for process in self._processes.values():
+        for index, process in self._processes.items():
             if process.is_alive() and process.pid is not None:
+                self._draining.add(index)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGTERM)
 
     async def _wait_for_workers(self) -> None:
-        for process in self._processes.values():
+        """Join every worker; the group's status is that of the drains (a worker already dead
+        when the stop came, e.g. waiting for its restart, does not count)."""
+        for index, process in list(self._processes.items()):
             await asyncio.to_thread(process.join)
-            if process.exitcode and not self._code:
+            if index in self._draining and process.exitcode and not self._code:
                 self._code = process.exitcode
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -117,7 +117,15 @@ def test_unload_and_load_apply_to_every_process(group: RunningServer, group_http
 
 
 def frontend_processes(group: RunningServer) -> list[psutil.Process]:
-    return [p for p in psutil.Process(group.process.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+    """The live frontend processes (a killed one is a zombie until the supervisor reaps it)."""
+    return [p for p in psutil.Process(group.process.pid).children() if "spawn_main" in " ".join(command_line(p))]
+
+
+def command_line(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
 
 
 def test_a_killed_frontend_process_is_started_again(group: RunningServer, http: httpx.Client) -> None:
@@ -171,3 +179,19 @@ def scrape_in_flight(group: RunningServer) -> float:
             return scrape(client).get("server_requests_in_flight", 0)
     except httpx.TransportError:
         return 0
+
+
+def test_a_stop_while_a_killed_frontend_awaits_its_restart_exits_cleanly() -> None:
+    env = {"FRONTEND_PROCESSES": "2", "CPU_KVCACHE_SPACE_GIB": "1", "DRAIN_TIMEOUT_SECONDS": "5"}
+    server = start_server(name="frontends-stop", env=env)
+    try:
+        descendants = psutil.Process(server.process.pid).children(recursive=True)
+        frontend_processes(server)[0].kill()
+        assert wait_for(lambda: "starting it again" in server.log_path.read_text(), 30, 0.05)
+        server.process.send_signal(signal.SIGTERM)  # within the restart delay (1 s)
+        assert server.process.wait(timeout=120) == 0, server.log_tail()
+        _, alive = psutil.wait_procs(descendants, timeout=15)
+        assert not alive
+    finally:
+        if server.process.poll() is None:
+            server.stop(signal.SIGKILL)
