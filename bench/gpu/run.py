@@ -5,8 +5,10 @@ started on a common barrier (so the client is never the limit), their samples me
     python3 bench/gpu/run.py --models /tmp/models --out $OUT [--targets engine,vllm1,vllm4,ours4]
 
 Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm serve` with N
-API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N). Writes results.jsonl
-and table.md under --out, with the server CPU per process of each level."""
+API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N); by default engine,
+vllm1, vllmN and oursN with N our default process count on this host. Writes results.jsonl
+(with the server CPU per process and the client CPU of each level) and table.md under --out.
+`make bench` on a GPU host runs it on the default model."""
 
 from __future__ import annotations
 
@@ -22,11 +24,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gpu.table import load, render
+
 LOADGEN = HERE / "loadgen.py"
 TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
-LEVELS = [(1, 16, 1), (64, 4, 4), (256, 4, 8)]
-"""(C, requests per client, load-generator processes)."""
+LEVELS = "1:16:1,64:4:4,256:4:8"
+"""C:requests per client:load-generator processes, for each level."""
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -107,14 +113,21 @@ def start_server(target: str, models: Path, shape: str, log: Path) -> tuple[subp
     return process, ready, kind
 
 
-def run_level(kind: str, shape: str, c: int, requests: int, clients: int, raw_dir: Path, server: int) -> dict:
+def parse_levels(text: str) -> list[tuple[int, int, int]]:
+    levels = [tuple(int(part) for part in level.split(":")) for level in text.split(",")]
+    if any(len(level) != 3 or level[0] % level[2] for level in levels):
+        raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
+    return levels  # type: ignore[return-value]
+
+
+def run_level(kind: str, shape: str, c: int, requests: int, clients: int, raw_dir: Path, server: int, tokens: int) -> dict:
     start_at = time.time() + 8
     procs, raws = [], []
     for index in range(clients):
         raw = raw_dir / f"{shape}-{kind}-c{c}-{index}.json"
         raws.append(raw)
         argv = [sys.executable, str(LOADGEN), "--target", kind, "--model", shape, "--levels", f"{c // clients}:{requests}",
-                "--tokens", str(TOKENS), "--start-at", str(start_at), "--wid-base", str(index * 10000), "--raw", str(raw)]
+                "--tokens", str(tokens), "--start-at", str(start_at), "--wid-base", str(index * 10000), "--raw", str(raw)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
     before = cpu_seconds(process_tree(server))
     outputs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
@@ -122,26 +135,26 @@ def run_level(kind: str, shape: str, c: int, requests: int, clients: int, raw_di
     samples = [json.loads(r.read_text()) for r in raws]
     wall = max(s["t_end"] for s in samples) - min(s["t_start"] for s in samples)
     used = {k: round(after[k] - before.get(k, 0.0), 2) for k in after if after[k] - before.get(k, 0.0) > 0.05}
-    return merged(c, samples, wall, outputs, used)
+    return merged(c, samples, wall, outputs, used, tokens)
 
 
-def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict) -> dict:
+def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict, tokens: int) -> dict:
     ttft = [x for s in samples for x in s["ttft"]]
     itl = [x for s in samples for x in s["itl"]]
     done = sum(s["done"] for s in samples)
     return {
-        "c": c, "requests": done, "errors": sum(s["errors"] for s in samples), "tok_s": round(done * TOKENS / wall, 1),
+        "c": c, "requests": done, "errors": sum(s["errors"] for s in samples), "tok_s": round(done * tokens / wall, 1),
         "ttft_p50_ms": round(1000 * percentile(ttft, 50), 1), "ttft_p99_ms": round(1000 * percentile(ttft, 99), 1),
         "itl_p50_ms": round(1000 * percentile(itl, 50), 2), "itl_p99_ms": round(1000 * percentile(itl, 99), 2),
         "client_cpu_util": [o.get("client_cpu_util") for o in outputs], "server_cpu_s": server_cpu,
-        "server_cpu_us_per_token": round(1e6 * sum(server_cpu.values()) / max(done * TOKENS, 1), 1),
+        "server_cpu_us_per_token": round(1e6 * sum(server_cpu.values()) / max(done * tokens, 1), 1),
     }
 
 
-def run_engine(models: Path, shape: str, raw_dir: Path) -> list[dict]:
-    levels = ",".join(f"{c}:{r}" for c, r, _ in LEVELS)
+def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int) -> list[dict]:
+    levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
     argv = [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
-            "--tokens", str(TOKENS), "--engine-args", json.dumps(ENGINE_ARGS), "--raw", str(raw_dir / f"{shape}-engine")]
+            "--tokens", str(tokens), "--engine-args", json.dumps(ENGINE_ARGS), "--raw", str(raw_dir / f"{shape}-engine")]
     lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
     return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
 
@@ -151,8 +164,14 @@ def main() -> None:
     parser.add_argument("--models", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shapes", default="tiny,1b")
-    parser.add_argument("--targets", default="engine,vllm1,vllm4,ours4")
+    parser.add_argument("--levels", default=LEVELS, help=f"C:requests per client:client processes,... (default: {LEVELS})")
+    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"new tokens a request (default: {TOKENS})")
+    parser.add_argument("--processes", type=int, default=None, help="N of the default targets (default: ours on this host)")
+    parser.add_argument("--targets", default=None, help="default: engine,vllm1,vllmN,oursN")
     args = parser.parse_args()
+    count = args.processes or default_processes()
+    args.targets = args.targets or f"engine,vllm1,vllm{count},ours{count}"
+    levels = parse_levels(args.levels)
     args.out.mkdir(parents=True, exist_ok=True)
     raw_dir = args.models / "raw"
     raw_dir.mkdir(exist_ok=True)
@@ -161,14 +180,15 @@ def main() -> None:
         for target in args.targets.split(","):
             record = {"shape": shape, "target": target}
             if target == "engine":
-                for level in run_engine(args.models, shape, raw_dir):
+                for level in run_engine(args.models, shape, raw_dir, levels, args.tokens):
                     write(results, {**record, **level})
                 continue
             process, ready, kind = start_server(target, args.models, shape, args.out / f"{shape}-{target}.log")
             try:
                 record["start_s"] = round(wait_ready(ready, process), 1)
-                for c, requests, clients in LEVELS:
-                    write(results, {**record, **run_level(kind, shape, c, requests, clients, raw_dir, process.pid)})
+                for c, requests, clients in levels:
+                    level = run_level(kind, shape, c, requests, clients, raw_dir, process.pid, args.tokens)
+                    write(results, {**record, **level})
             except Exception as exc:  # noqa: BLE001 - record the failure, go on with the next target
                 write(results, {**record, "failed": repr(exc)})
             finally:
@@ -178,6 +198,15 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
                 time.sleep(3)
+    (args.out / "table.md").write_text(render(load(results)))
+    print((args.out / "table.md").read_text())
+
+
+def default_processes() -> int:
+    """FRONTEND_PROCESSES as our server would choose it here (at least 2, to compare)."""
+    from app.settings import Settings
+
+    return max(Settings().frontend_process_count(), 2)
 
 
 def write(path: Path, record: dict) -> None:

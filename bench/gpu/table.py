@@ -1,0 +1,107 @@
+"""The GPU run's results (results.jsonl of run.py) as the README's table: per model shape and
+C, ours with N frontend processes against `vllm serve` with 1 and with N API processes and
+the in-process engine, then the acceptance checks of the multi-process serving layer."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+Record = dict
+TARGET = re.compile(r"^(ours|vllm)(\d+)$")
+
+
+@dataclass(frozen=True)
+class Check:
+    what: str
+    ours: float
+    bound: float
+    met: bool
+
+
+def load(path: Path) -> list[Record]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def by_key(records: list[Record]) -> dict[tuple[str, str, int], Record]:
+    """(shape, target, C) -> record; failed targets (no "c") are left out."""
+    return {(r["shape"], r["target"], r["c"]): r for r in records if "c" in r and not r.get("failed")}
+
+
+def processes(records: list[Record]) -> int:
+    """N of `oursN` (the largest where several ran)."""
+    counts = [int(m.group(2)) for r in records if (m := TARGET.match(r["target"])) and m.group(1) == "ours"]
+    return max(counts, default=1)
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(top: Record | None, bottom: Record | None) -> float | None:
+    if not top or not bottom or not bottom["tok_s"]:
+        return None
+    return top["tok_s"] / bottom["tok_s"]
+
+
+def three(field: str, rows: list[Record | None], digits: int) -> str:
+    return " / ".join(fmt(r[field] if r else None, digits) for r in rows)
+
+
+def render(records: list[Record]) -> str:
+    """The Markdown table, the server CPU per token, and the checks, met or not."""
+    n = processes(records)
+    found = by_key(records)
+    ours, vllm, vllm_n = f"ours{n}", "vllm1", f"vllm{n}"
+    header = (
+        f"| model | C | engine in-process | ours, {n} processes | vllm serve | vllm serve, {n} API processes "
+        f"| ours / vllm serve | ours / vllm {n} | ours / engine | ITL p99 ours / vllm / vllm {n} "
+        f"| TTFT p50 ours / vllm / vllm {n} | server µs/token ours / vllm / vllm {n} |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for shape, c in sorted({(s, c) for s, _, c in found}, key=lambda k: (k[0], k[1])):
+        e, o, v, vn = (found.get((shape, t, c)) for t in ("engine", ours, vllm, vllm_n))
+        lines.append(
+            f"| {shape} | {c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} | {fmt(v and v['tok_s'])} "
+            f"| {fmt(vn and vn['tok_s'])} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} | {fmt(ratio(o, e), 2)} "
+            f"| {three('itl_p99_ms', [o, v, vn], 1)} | {three('ttft_p50_ms', [o, v, vn], 0)} "
+            f"| {three('server_cpu_us_per_token', [o, v, vn], 0)} |"
+        )
+    found_checks = checks(records)
+    lines += ["", f"Checks: {sum(c.met for c in found_checks)} of {len(found_checks)} met"]
+    lines += [f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} (bound {c.bound})" for c in found_checks]
+    return "\n".join(lines) + "\n"
+
+
+def checks(records: list[Record]) -> list[Check]:
+    """The acceptance of the multi-process serving layer, for every shape and C that ran."""
+    n = processes(records)
+    found = by_key(records)
+    result: list[Check] = []
+    for shape, c in sorted({(s, c) for s, _, c in found}):
+        o, v, vn, e = (found.get((shape, t, c)) for t in (f"ours{n}", "vllm1", f"vllm{n}", "engine"))
+        if not o:
+            continue
+        at = f"{shape} C={c}"
+        if v:
+            floor = 1.8 if c >= 256 else 1.0
+            result.append(at_least(f"{at} tok/s ours / vllm serve", ratio(o, v), floor))
+            result.append(at_most(f"{at} ITL p99 ms ours vs vllm serve", o["itl_p99_ms"], v["itl_p99_ms"]))
+            result.append(at_most(f"{at} TTFT p50 ms ours vs vllm serve", o["ttft_p50_ms"], v["ttft_p50_ms"]))
+        if vn and n > 1:
+            result.append(at_least(f"{at} tok/s ours / vllm serve with {n} API processes", ratio(o, vn), 1.0))
+        if e and c >= 256:
+            result.append(at_least(f"{at} tok/s ours / engine in-process", ratio(o, e), 0.9))
+    return result
+
+
+def at_least(what: str, value: float | None, bound: float) -> Check:
+    return Check(what, value if value is not None else float("nan"), bound, value is not None and value >= bound)
+
+
+def at_most(what: str, value: float, bound: float) -> Check:
+    return Check(what, value, bound, value <= bound)
