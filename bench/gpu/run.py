@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import signal
 import subprocess
@@ -38,7 +39,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], p: float) -> float:
-    values = sorted(v for v in values if v == v)
+    values = sorted(v for v in values if not math.isnan(v))
     return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
 
 
