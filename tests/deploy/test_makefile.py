@@ -19,9 +19,10 @@ def dry_run(target: str, tmp_path: Path, *, gpu: bool, variables: tuple[str, ...
         path = f"{tmp_path}:{path}"
     else:
         path = ":".join(p for p in path.split(":") if not (Path(p) / "nvidia-smi").exists())
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}  # under `make test`
     result = subprocess.run(
-        ["make", "-n", "-B", target, *variables],
-        cwd=PROJECT_ROOT, env={**os.environ, "PATH": path}, capture_output=True, text=True, check=True, timeout=60,
+        ["make", "--no-print-directory", "-n", "-B", target, *variables],
+        cwd=PROJECT_ROOT, env={**env, "PATH": path}, capture_output=True, text=True, check=True, timeout=60,
     )
     return result.stdout
 
