@@ -213,8 +213,9 @@ def main() -> None:
                 write(results, {**record, "failed": repr(exc)})
             finally:
                 stop(process)
-    (args.out / "table.md").write_text(render(load(results)))
-    print((args.out / "table.md").read_text())
+    table = render(load(results))
+    (args.out / "table.md").write_text(table)
+    print(table)
 
 
 def stop(process: subprocess.Popen) -> None:

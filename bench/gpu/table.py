@@ -25,14 +25,30 @@ def load(path: Path) -> list[Record]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def by_key(records: list[Record]) -> dict[tuple[str, str, int], Record]:
-    """(shape, target, C) -> record; failed targets (no "c") are left out."""
-    return {(r["shape"], r["target"], r["c"]): r for r in records if "c" in r and not r.get("failed")}
+@dataclass(frozen=True)
+class Cell:
+    """One shape and C: the record of each compared target (None where it did not run)."""
+
+    shape: str
+    c: int
+    engine: Record | None
+    ours: Record | None
+    vllm: Record | None
+    vllm_n: Record | None
 
 
 def processes(records: list[Record]) -> int:
     """N of `oursN` and `vllmN` (the largest that ran)."""
     return max((int(m.group(2)) for r in records if (m := TARGET.match(r["target"]))), default=1)
+
+
+def cells(records: list[Record], n: int) -> list[Cell]:
+    """Every shape and C that ran, in order; failed targets (no "c") are left out."""
+    found = {(r["shape"], r["target"], r["c"]): r for r in records if "c" in r and not r.get("failed")}
+    return [
+        Cell(shape, c, *(found.get((shape, t, c)) for t in ("engine", f"ours{n}", "vllm1", f"vllm{n}")))
+        for shape, c in sorted({(shape, c) for shape, _, c in found})
+    ]
 
 
 def fmt(value: float | None, digits: int = 0) -> str:
@@ -54,18 +70,16 @@ def three(field: str, rows: list[Record | None], digits: int) -> str:
 def render(records: list[Record]) -> str:
     """The Markdown table, the server CPU per token, and the checks, met or not."""
     n = processes(records)
-    found = by_key(records)
-    ours, vllm, vllm_n = f"ours{n}", "vllm1", f"vllm{n}"
     header = (
         f"| model | C | engine in-process | ours, {n} processes | vllm serve | vllm serve, {n} API processes "
         f"| ours / vllm serve | ours / vllm {n} | ours / engine | ITL p99 ours / vllm / vllm {n} "
         f"| TTFT p50 ours / vllm / vllm {n} | server µs/token ours / vllm / vllm {n} |"
     )
     lines = [header, "|" + "---|" * 12]
-    for shape, c in sorted({(s, c) for s, _, c in found}, key=lambda k: (k[0], k[1])):
-        e, o, v, vn = (found.get((shape, t, c)) for t in ("engine", ours, vllm, vllm_n))
+    for cell in cells(records, n):
+        e, o, v, vn = cell.engine, cell.ours, cell.vllm, cell.vllm_n
         lines.append(
-            f"| {shape} | {c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} | {fmt(v and v['tok_s'])} "
+            f"| {cell.shape} | {cell.c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} | {fmt(v and v['tok_s'])} "
             f"| {fmt(vn and vn['tok_s'])} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} | {fmt(ratio(o, e), 2)} "
             f"| {three('itl_p99_ms', [o, v, vn], 1)} | {three('ttft_p50_ms', [o, v, vn], 0)} "
             f"| {three('server_cpu_us_per_token', [o, v, vn], 0)} |"
@@ -79,13 +93,12 @@ def render(records: list[Record]) -> str:
 def checks(records: list[Record]) -> list[Check]:
     """The acceptance of the multi-process serving layer, for every shape and C that ran."""
     n = processes(records)
-    found = by_key(records)
     result: list[Check] = []
-    for shape, c in sorted({(s, c) for s, _, c in found}):
-        o, v, vn, e = (found.get((shape, t, c)) for t in (f"ours{n}", "vllm1", f"vllm{n}", "engine"))
+    for cell in cells(records, n):
+        o, v, vn, e, c = cell.ours, cell.vllm, cell.vllm_n, cell.engine, cell.c
         if not o:
             continue
-        at = f"{shape} C={c}"
+        at = f"{cell.shape} C={c}"
         if v:
             floor = 1.8 if c >= 256 else 1.0
             result.append(at_least(f"{at} tok/s ours / vllm serve", ratio(o, v), floor))
