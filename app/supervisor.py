@@ -1,6 +1,6 @@
-"""`FRONTEND_PROCESSES` > 1: the supervising process. It binds the HTTP port, runs each model
-version's engine core, and spawns the worker processes that serve HTTP, gRPC (SO_REUSEPORT)
-and the OpenAI routes as clients of those cores; SIGTERM drains every worker, then stops the
+"""`FRONTEND_PROCESSES` > 1: the supervising process. It holds the HTTP port, runs each model
+version's engine core, and spawns the worker processes that serve HTTP and gRPC (each on its
+own SO_REUSEPORT socket) and the OpenAI routes as clients of those cores; SIGTERM drains every worker, then stops the
 cores. A worker that dies after it was ready is started again (its engines join fresh cores);
 one that dies before it was ever ready stops the whole group, as `vllm serve` does."""
 
@@ -42,13 +42,17 @@ def core_host(name: str, version: str, engine_args: dict[str, Any], clients: int
     return EngineCoreHost(ModelSpec(name, version, Path("."), engine_args), clients, run_dir)
 
 
-def bind_http(host: str, port: int) -> socket.socket:
-    """The listening socket every worker accepts on (as uvicorn binds it for its workers)."""
+def bind_shared_port(host: str, port: int) -> socket.socket:
+    """A socket bound to the HTTP port with SO_REUSEPORT, so that each worker can listen on
+    its own: the kernel then spreads new connections evenly over the workers, where on one
+    shared listening socket whichever worker wakes first takes a whole burst of them. The
+    supervisor's own socket never listens: it holds the port (a port in use fails here, at
+    once) and fixes its number when PORT is 0."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.set_inheritable(True)
     return sock
 
 
@@ -72,14 +76,15 @@ class Supervisor:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._settings.cpu_kvcache_space_gib))
         path = str(self._run_dir / SUPERVISOR_SOCKET)
         server = await asyncio.start_unix_server(self._connected, path=path, limit=STREAM_LIMIT)
-        http = bind_http(self._settings.host, self._settings.port)
+        http = bind_shared_port(self._settings.host, self._settings.port)
+        settings = self._settings.model_copy(update={"port": http.getsockname()[1]})
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         logger.info("serving with %d frontend processes", self._count)
         try:
             for index in range(self._count):
-                self._spawn(index, http, path)
+                self._spawn(index, settings, path)
             await self._stopping.wait()
             await self._wait_for_workers()
         finally:
@@ -89,16 +94,16 @@ class Supervisor:
             shutil.rmtree(self._run_dir, ignore_errors=True)
         return self._code
 
-    def _spawn(self, index: int, http: socket.socket, path: str) -> None:
+    def _spawn(self, index: int, settings: Settings, path: str) -> None:
         context = multiprocessing.get_context("spawn")
         process = context.Process(
-            target=run_worker, name=f"frontend-{index}", args=(index, self._settings, http, path), daemon=False
+            target=run_worker, name=f"frontend-{index}", args=(index, settings, path), daemon=False
         )
         process.start()
         self._processes[index] = process
-        asyncio.get_running_loop().add_reader(process.sentinel, self._exited, index, http, path)
+        asyncio.get_running_loop().add_reader(process.sentinel, self._exited, index, settings, path)
 
-    def _exited(self, index: int, http: socket.socket, path: str) -> None:
+    def _exited(self, index: int, settings: Settings, path: str) -> None:
         process = self._processes[index]
         asyncio.get_running_loop().remove_reader(process.sentinel)
         process.join()
@@ -112,11 +117,11 @@ class Supervisor:
             return
         self._ready.discard(index)
         logger.error("frontend %d exited (code %s): starting it again", index, process.exitcode)
-        asyncio.get_running_loop().call_later(WORKER_RESTART_DELAY_SECONDS, self._respawn, index, http, path)
+        asyncio.get_running_loop().call_later(WORKER_RESTART_DELAY_SECONDS, self._respawn, index, settings, path)
 
-    def _respawn(self, index: int, http: socket.socket, path: str) -> None:
+    def _respawn(self, index: int, settings: Settings, path: str) -> None:
         if not self._stopping.is_set():
-            self._spawn(index, http, path)
+            self._spawn(index, settings, path)
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
@@ -186,8 +191,9 @@ class Supervisor:
                 raise reply
 
 
-def run_worker(index: int, settings: Settings, http: socket.socket, path: str) -> None:
-    """A frontend process: the whole app (HTTP, gRPC, OpenAI) on clients of the shared cores."""
+def run_worker(index: int, settings: Settings, path: str) -> None:
+    """A frontend process: the whole app (HTTP, gRPC, OpenAI) on clients of the shared cores;
+    it listens once its engines are ready, so no connection waits on a starting worker."""
     from app.main import create_app, create_grpc_server
     from app.multiprocess.link import WorkerLink
     from app.observability.access_log import configure_logging
@@ -198,4 +204,5 @@ def run_worker(index: int, settings: Settings, http: socket.socket, path: str) -
     link = WorkerLink(index, path)
     app = create_app(settings, link=link)
     grpc_server = create_grpc_server(settings, app.state.runtime)
+    http = bind_shared_port(settings.host, settings.port)
     serve(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=[http])

@@ -8,6 +8,7 @@ import json
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -77,6 +78,29 @@ def test_both_processes_answer_the_single_process_text(group: RunningServer, htt
         if seen == {"0", "1"}:
             break
     assert seen == {"0", "1"}
+
+
+def listening_sockets(port: int) -> list[str]:
+    """The inodes of the TCP sockets listening on `port` (from /proc/net/tcp and tcp6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                found.append(fields[9])
+    return found
+
+
+def test_each_process_listens_on_its_own_socket_and_a_burst_of_connections_spreads(group: RunningServer) -> None:
+    """SO_REUSEPORT: the kernel spreads new connections over the processes' own sockets (on
+    one shared socket, whichever process wakes first accepts a burst: 20/44 splits seen)."""
+    port = int(group.base_url.rsplit(":", 1)[1])
+    sockets = listening_sockets(port)
+    assert len(sockets) == 2 and len(set(sockets)) == 2, sockets
+    for _ in range(3):
+        responses = concurrently(64, lambda: httpx.get(group.base_url + "/v2/health/live", timeout=30))
+        shares = [r.headers[PROCESS_HEADER] for r in responses].count("0")
+        assert 16 <= shares <= 48, shares
 
 
 def test_metrics_count_the_requests_of_every_process(group: RunningServer, group_http: httpx.Client) -> None:
