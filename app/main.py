@@ -25,6 +25,7 @@ from app.observability.statistics import InferenceStatistics, StatisticsCollecto
 from app.openai import routes as openai_routes
 from app.openai.errors import openai_error_body
 from app.openai.schemas import DOCUMENTED_MODELS as OPENAI_MODELS
+from app.repository.heap import freeze_heap, release_heap
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
 from app.repository.registry import EngineFactory, LifecycleOptions, ModelRegistry
 from app.repository.supervision import RestartPolicy
@@ -145,6 +146,18 @@ def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | Non
     return GrpcServer(runtime, options)
 
 
+async def start_runtime(runtime: Runtime, link: WorkerLink | None = None, freeze: bool = True) -> None:
+    """Start the engines (as one of several frontend processes: on the group's shared
+    cores), then freeze the heap: full collections while serving skip the start-up heap."""
+    if link is not None:
+        await link.connect()
+    await runtime.registry.start()
+    if link is not None:
+        await link.ready()
+    if freeze:
+        freeze_heap()
+
+
 def create_app(
     settings: Settings | None = None, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
 ) -> FastAPI:
@@ -160,11 +173,7 @@ def create_app(
             metrics_server, _thread = start_http_server(
                 settings.metrics_port, addr=settings.host, registry=runtime.metrics_registry
             )
-        if link is not None:
-            await link.connect()
-        await runtime.registry.start()
-        if link is not None:
-            await link.ready()
+        await start_runtime(runtime, link, settings.freeze_gc_heap)
         try:
             yield
         finally:
@@ -173,6 +182,7 @@ def create_app(
                 await link.close()
             if metrics_server is not None:
                 metrics_server.shutdown()
+            release_heap()
 
     app = FastAPI(
         title="Triton-style generate server for vLLM",

@@ -86,6 +86,11 @@ class Settings(BaseSettings):
         description="A reload stops the old engines before starting the new ones (when there "
         "is no room for both, e.g. a GPU); by default the old ones serve until the new are ready.",
     )
+    freeze_gc_heap: bool = Field(
+        True,
+        description="Freeze the heap after start-up and after each model load or unload (gc.freeze, "
+        "as vLLM's API server does): Python's full collections then skip torch's and vLLM's objects.",
+    )
     auth_open_health: bool = Field(True, description="Health routes answer without a key.")
     auth_open_metrics: bool = Field(True, description="/metrics answers without a key.")
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)

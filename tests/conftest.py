@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +13,14 @@ from app.main import create_app
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.repository import write_model
+
+
+@pytest.fixture(autouse=True)
+def thawed_after_each_test() -> Iterator[None]:
+    """An app's start-up freezes the heap (app/repository/heap.py): thaw it after each test,
+    so that no test's garbage outlives it and no test depends on an earlier one."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import ModelConfigError, ModelNotFoundError
+from app.repository.heap import thawed_heap
 from app.repository.layout import (
     EngineArgsCheck,
     ModelSpec,
@@ -164,16 +166,19 @@ class ModelRegistry:
         """
         if name not in model_names(self._repository):
             raise ModelConfigError(f"failed to load '{name}': no such model in the repository")
-        async with self._lock(name):
-            with materialise(self._repository / name, override) as model_dir:
-                specs = load_model(model_dir, self._repository, self._check_engine_args)
-                current = list(self._models.get(name, {}).values())
-                if current and not self._options.reload_in_place:
-                    await self._reload_beside(name, specs, current)
-                else:
-                    await self._retire(current, ModelState.UNLOADING)
-                    await self._load_fresh(name, specs)
-            self._reasons.pop(name, None)
+        async with self._change(name):
+            await self._load(name, override)
+
+    async def _load(self, name: str, override: ModelOverride | None) -> None:
+        with materialise(self._repository / name, override) as model_dir:
+            specs = load_model(model_dir, self._repository, self._check_engine_args)
+            current = list(self._models.get(name, {}).values())
+            if current and not self._options.reload_in_place:
+                await self._reload_beside(name, specs, current)
+            else:
+                await self._retire(current, ModelState.UNLOADING)
+                await self._load_fresh(name, specs)
+        self._reasons.pop(name, None)
 
     async def _reload_beside(self, name: str, specs: list[ModelSpec], current: list[ServedModel]) -> None:
         fresh = [self._new(spec) for spec in specs]
@@ -200,14 +205,17 @@ class ModelRegistry:
 
     async def unload(self, name: str) -> None:
         """Stop admitting requests to `name`, let running ones finish, stop its engines."""
-        async with self._lock(name):
-            served_versions = self.versions(name)
-            await self._retire(served_versions, ModelState.UNLOADING)
-            self._models.pop(name, None)
-            self._reasons[name] = "unloaded"
-            if self._on_unloaded is not None:
-                for served in served_versions:
-                    self._on_unloaded(served.spec)
+        async with self._change(name):
+            await self._unload(name)
+
+    async def _unload(self, name: str) -> None:
+        served_versions = self.versions(name)
+        await self._retire(served_versions, ModelState.UNLOADING)
+        self._models.pop(name, None)
+        self._reasons[name] = "unloaded"
+        if self._on_unloaded is not None:
+            for served in served_versions:
+                self._on_unloaded(served.spec)
 
     async def _retire(self, served_versions: list[ServedModel], state: ModelState) -> None:
         """Stop supervising, drain (running requests finish, or are aborted after the drain
@@ -239,8 +247,15 @@ class ModelRegistry:
             served.state = ModelState.UNAVAILABLE
         await asyncio.gather(*(stop_quietly(served.engine) for served in served_versions))
 
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
+    @asynccontextmanager
+    async def _change(self, name: str) -> AsyncIterator[None]:
+        """A load or unload of `name`: one at a time per model, with the heap thawed so that
+        the engines it stops are collected, frozen again after it (app/repository/heap.py).
+        The change itself runs in a coroutine of its own, which holds the engines it
+        stopped: once it returned, none of them is frozen with the heap."""
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            with thawed_heap():
+                yield
 
 
 def index_entry(served: ServedModel) -> RepositoryEntry:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from app.core.types import InferenceEngine
 from app.errors import ServerError
+from app.repository.heap import thawed_heap
 from app.repository.layout import ModelSpec
 from app.repository.served_model import ModelState, ServedModel
 
@@ -92,8 +93,9 @@ class EngineSupervisor:
     async def _supervise(self) -> None:
         while True:
             cause = await self._wait_for_failure()
-            if not await self._recover(cause):
-                return
+            with thawed_heap():  # the failed engine's objects are collected, the new one's frozen
+                if not await self._recover(cause):
+                    return
 
     async def _wait_for_failure(self) -> str:
         """Return why the engine is no longer fit to serve, as soon as that is known."""
