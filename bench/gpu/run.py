@@ -3,12 +3,19 @@ after another in one machine session; each level driven by K load-generator proc
 started on a common barrier (so the client is never the limit), their samples merged.
 
     python3 bench/gpu/run.py --models /tmp/models --out $OUT [--targets engine,vllm1,vllm4,ours4]
+                             [--together --rounds 2 --profile]
 
 Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm serve` with N
 API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N); by default engine,
 vllm1, vllmN and oursN with N our default process count on this host. Writes results.jsonl
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
-`make bench` on a GPU host runs it on the default model."""
+`make bench` on a GPU host runs it on the default model.
+
+--together starts every server of a shape at once, each on its own port with an equal share
+of GPU memory, and measures them in turn for --rounds rounds (the order rotated each round,
+the in-process engine once, in the middle of the first): the ratios are then paired in time, not taken minutes
+apart. --profile adds a py-spy record of the engine core and the busiest frontend process of
+each server at the highest C (profiles/ under --out)."""
 
 from __future__ import annotations
 
@@ -22,12 +29,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree, record_profiles
 from bench.gpu.table import load, render
 
 LOADGEN = HERE / "loadgen.py"
@@ -35,7 +44,9 @@ TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
-TICK = os.sysconf("SC_CLK_TCK")
+START_DELAY = 4.0
+"""Seconds from spawning a level's load-generator processes to their common start (they
+start and warm up meanwhile)."""
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -43,39 +54,8 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
 
 
-def process_tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> dict[str, float]:
-    """CPU seconds by process name (comm) over the given processes."""
-    by_name: dict[str, float] = {}
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        by_name[f"{name}:{pid}"] = (int(fields[11]) + int(fields[12])) / TICK
-    return by_name
-
-
-def wait_ready(url: str, process: subprocess.Popen, timeout: float = 600) -> float:
-    start = time.time()
+def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float = 600) -> float:
+    """Seconds from `start` (the launch) until the server answers ready."""
     while time.time() - start < timeout:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}")
@@ -88,31 +68,49 @@ def wait_ready(url: str, process: subprocess.Popen, timeout: float = 600) -> flo
     raise RuntimeError("server not ready")
 
 
-def repository(models: Path, shape: str) -> Path:
-    root = models / f"repo-{shape}" / shape
+def repository(models: Path, shape: str, target: str, engine_args: dict) -> Path:
+    root = models / f"repo-{shape}-{target}" / shape
     (root / "1").mkdir(parents=True, exist_ok=True)
     (root / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { kind: KIND_MODEL } ]\n')
-    model_json = {"model": str(models / shape), "served_model_name": shape, **ENGINE_ARGS}
+    model_json = {"model": str(models / shape), "served_model_name": shape, **engine_args}
     (root / "1" / "model.json").write_text(json.dumps(model_json))
     return root.parent
 
 
-def start_server(target: str, models: Path, shape: str, log: Path) -> tuple[subprocess.Popen, str, str]:
-    """(process, readiness URL, load-generator target kind)."""
+@dataclass
+class Server:
+    """A started server target: its process, port, readiness URL and load-generator kind."""
+
+    target: str
+    process: subprocess.Popen
+    port: int
+    ready: str
+    kind: str
+    launched: float = field(default_factory=time.time)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8000,
+                 engine_args: dict | None = None) -> Server:
+    engine_args = engine_args or ENGINE_ARGS
     env = dict(os.environ)
     if target.startswith("vllm"):
         count = target.removeprefix("vllm")
         argv = [*vllm_cli(), "serve", str(models / shape),
-                "--served-model-name", shape, "--port", "8000", "--api-server-count", count]
-        for key, value in ENGINE_ARGS.items():
+                "--served-model-name", shape, "--port", str(port), "--api-server-count", count]
+        for key, value in engine_args.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
-        kind, ready = "openai", "http://127.0.0.1:8000/health"
+        kind, ready = "openai", f"http://127.0.0.1:{port}/health"
     else:
         env.update(FRONTEND_PROCESSES=target.removeprefix("ours"), GRPC_PORT="0", PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
-        argv = [sys.executable, "-m", "app", "--model-repository", str(repository(models, shape)), "--port", "8000"]
-        kind, ready = "triton", "http://127.0.0.1:8000/v2/health/ready"
+        repo = repository(models, shape, target, engine_args)
+        argv = [sys.executable, "-m", "app", "--model-repository", str(repo), "--port", str(port)]
+        kind, ready = "triton", f"http://127.0.0.1:{port}/v2/health/ready"
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    return process, ready, kind
+    return Server(target, process, port, ready, kind)
 
 
 def parse_levels(text: str) -> list[tuple[int, int, int]]:
@@ -139,22 +137,30 @@ def vllm_cli() -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
-def run_level(kind: str, shape: str, c: int, requests: int, clients: int, raw_dir: Path, server: int, tokens: int) -> dict:
-    start_at = time.time() + 8
+def run_level(server: Server, shape: str, c: int, requests: int, clients: int, raw_dir: Path, tokens: int,
+              profile: Path | None = None) -> dict:
+    start_at = time.time() + START_DELAY
     procs, raws = [], []
     for index in range(clients):
-        raw = raw_dir / f"{shape}-{kind}-c{c}-{index}.json"
+        raw = raw_dir / f"{shape}-{server.target}-c{c}-{index}.json"
         raws.append(raw)
-        argv = [sys.executable, str(LOADGEN), "--target", kind, "--model", shape, "--levels", f"{c // clients}:{requests}",
-                "--tokens", str(tokens), "--start-at", str(start_at), "--wid-base", str(index * 10000), "--raw", str(raw)]
+        argv = [sys.executable, str(LOADGEN), "--target", server.kind, "--url", server.url, "--model", shape,
+                "--levels", f"{c // clients}:{requests}", "--tokens", str(tokens), "--start-at", str(start_at),
+                "--wid-base", str(index * 10000), "--raw", str(raw)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
-    before = cpu_seconds(process_tree(server))
+    time.sleep(max(0.0, start_at - time.time()))
+    before = cpu_seconds(process_tree(server.process.pid))
+    machine_before = machine_cpu()
+    profilers = record_profiles(server.process.pid, profile) if profile is not None else []
     outputs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-    after = cpu_seconds(process_tree(server))
+    after = cpu_seconds(process_tree(server.process.pid))
+    busy = machine_busy(machine_before, machine_cpu())
+    for profiler in profilers:
+        profiler.wait()
     samples = [json.loads(r.read_text()) for r in raws]
     wall = max(s["t_end"] for s in samples) - min(s["t_start"] for s in samples)
     used = {k: round(after[k] - before.get(k, 0.0), 2) for k in after if after[k] - before.get(k, 0.0) > 0.05}
-    return merged(c, samples, wall, outputs, used, tokens)
+    return {**merged(c, samples, wall, outputs, used, tokens), "machine_busy_cpus": busy}
 
 
 def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict, tokens: int) -> dict:
@@ -170,10 +176,11 @@ def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server
     }
 
 
-def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int) -> list[dict]:
+def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int,
+               engine_args: dict) -> list[dict]:
     levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
     argv = [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
-            "--tokens", str(tokens), "--engine-args", json.dumps(ENGINE_ARGS), "--raw", str(raw_dir / f"{shape}-engine")]
+            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw_dir / f"{shape}-engine")]
     lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
     return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
 
@@ -187,35 +194,110 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=TOKENS, help=f"new tokens a request (default: {TOKENS})")
     parser.add_argument("--processes", type=int, default=None, help="N of the default targets (default: ours on this host)")
     parser.add_argument("--targets", default=None, help="default: engine,vllm1,vllmN,oursN")
+    parser.add_argument("--together", action="store_true", help="every server of a shape up at once, measured in turn")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds over the targets (with --together)")
+    parser.add_argument("--profile", action="store_true", help="py-spy records at the highest C (with --together)")
     args = parser.parse_args()
     count = args.processes or default_processes()
-    args.targets = args.targets or f"engine,vllm1,vllm{count},ours{count}"
+    targets = (args.targets or f"engine,vllm1,vllm{count},ours{count}").split(",")
     levels = parse_levels(args.levels)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # only read by the CPU build (a smoke run)
     args.out.mkdir(parents=True, exist_ok=True)
-    raw_dir = args.models / "raw"
-    raw_dir.mkdir(exist_ok=True)
-    results = args.out / "results.jsonl"
+    run = Run(args.models, args.out, args.models / "raw", levels, args.tokens)
+    run.raw_dir.mkdir(exist_ok=True)
     for shape in args.shapes.split(","):
-        for target in args.targets.split(","):
-            record = {"shape": shape, "target": target}
-            if target == "engine":
-                for level in run_engine(args.models, shape, raw_dir, levels, args.tokens):
-                    write(results, {**record, **level})
-                continue
-            process, ready, kind = start_server(target, args.models, shape, args.out / f"{shape}-{target}.log")
-            try:
-                record["start_s"] = round(wait_ready(ready, process), 1)
-                for c, requests, clients in levels:
-                    level = run_level(kind, shape, c, requests, clients, raw_dir, process.pid, args.tokens)
-                    write(results, {**record, **level})
-            except Exception as exc:  # noqa: BLE001 - record the failure, go on with the next target
-                write(results, {**record, "failed": repr(exc)})
-            finally:
-                stop(process)
-    table = render(load(results))
+        if args.together:
+            run.together(shape, targets, args.rounds, args.profile)
+        else:
+            run.one_by_one(shape, targets)
+    table = render(load(run.results))
     (args.out / "table.md").write_text(table)
     print(table)
+
+
+@dataclass
+class Run:
+    """One GPU run: where the models and results are, the levels and the engine arguments."""
+
+    models: Path
+    out: Path
+    raw_dir: Path
+    levels: list[tuple[int, int, int]]
+    tokens: int
+
+    @property
+    def results(self) -> Path:
+        return self.out / "results.jsonl"
+
+    def one_by_one(self, shape: str, targets: list[str], engine_args: dict | None = None) -> None:
+        """Each target started, measured at every level and stopped before the next."""
+        for target in targets:
+            if target == "engine":
+                self.engine(shape, engine_args or ENGINE_ARGS)
+                continue
+            server = start_server(target, self.models, shape, self.out / f"{shape}-{target}.log")
+            try:
+                started = round(wait_ready(server.ready, server.process, server.launched), 1)
+                self.measure(shape, server, {"start_s": started})
+            except Exception as exc:  # noqa: BLE001 - record the failure, go on with the next target
+                write(self.results, {"shape": shape, "target": target, "failed": repr(exc)})
+            finally:
+                stop(server.process)
+
+    def together(self, shape: str, targets: list[str], rounds: int, profile: bool) -> None:
+        """Every server up at once (each an equal share of GPU memory), then `rounds` rounds
+        over the targets, the order rotated each round, the engine in the middle of the first."""
+        names = [t for t in targets if t != "engine"]
+        share = round(0.85 / (len(targets)), 2)
+        args = {**ENGINE_ARGS, "gpu_memory_utilization": share}
+        servers = self.start_all(shape, names, args)
+        try:
+            for number in range(rounds):
+                order = names[number % len(names):] + names[: number % len(names)]
+                for index, target in enumerate(order):
+                    if "engine" in targets and number == 0 and index == len(order) // 2:
+                        self.engine(shape, args, {"round": number})
+                    if target in servers:
+                        self.measure(shape, servers[target], {"round": number})
+            if profile:
+                for target, server in servers.items():
+                    self.measure(shape, server, {"round": "profile"}, self.out / "profiles" / f"{shape}-{target}")
+        finally:
+            for server in servers.values():
+                stop(server.process)
+
+    def start_all(self, shape: str, names: list[str], engine_args: dict) -> dict[str, Server]:
+        """The first server alone (it fills the compile cache), then the others at once."""
+        started: dict[str, Server] = {}
+        for batch in (names[:1], names[1:]):
+            pending = {}
+            for target in batch:
+                port = 8000 + 10 * names.index(target)
+                log = self.out / f"{shape}-{target}.log"
+                pending[target] = start_server(target, self.models, shape, log, port, engine_args)
+            for target, server in pending.items():
+                try:
+                    started_s = round(wait_ready(server.ready, server.process, server.launched), 1)
+                    write(self.results, {"shape": shape, "target": target, "start_s": started_s})
+                    started[target] = server
+                except Exception as exc:  # noqa: BLE001 - record the failure, go on with the others
+                    write(self.results, {"shape": shape, "target": target, "failed": repr(exc)})
+                    stop(server.process)
+        return started
+
+    def measure(self, shape: str, server: Server, extra: dict, profile: Path | None = None) -> None:
+        record = {"shape": shape, "target": server.target, **extra}
+        for c, requests, clients in self.levels:
+            if profile is not None and c != max(level[0] for level in self.levels):
+                continue
+            requests = requests * 2 if profile is not None else requests  # the record outlasts the level's start
+            level = run_level(server, shape, c, requests, clients, self.raw_dir, self.tokens, profile)
+            write(self.results, {**record, **level})
+
+    def engine(self, shape: str, engine_args: dict, extra: dict | None = None) -> None:
+        record = {"shape": shape, "target": "engine", **(extra or {})}
+        for level in run_engine(self.models, shape, self.raw_dir, self.levels, self.tokens, engine_args):
+            write(self.results, {**record, **level})
 
 
 def stop(process: subprocess.Popen) -> None:

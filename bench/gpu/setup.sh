@@ -2,7 +2,8 @@
 # On the GPU host (see GPU-RUN.md): vLLM's CUDA build from the bundle parts gathered in
 # /tmp/bundle, our extra wheels, and the random-weight models with SmolLM2's tokenizer
 # (its files in /tmp/bundle/tokenizer). extra-wheels must also hold grpcio-health-checking
-# (`pip download --no-deps grpcio-health-checking`), which the bundle script does not add.
+# and, for run.py --profile, py-spy (`pip download --no-deps grpcio-health-checking py-spy`),
+# which the bundle script does not add.
 # Then: source bench/gpu/env.sh.
 set -euo pipefail
 cat /tmp/bundle/vllm-site.tar.xz.part* | python3 -c "import sys,tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('/tmp/site', filter='tar')"

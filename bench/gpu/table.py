@@ -38,13 +38,39 @@ class Cell:
 
 
 def processes(records: list[Record]) -> int:
-    """N of `oursN` and `vllmN` (the largest that ran)."""
-    return max((int(m.group(2)) for r in records if (m := TARGET.match(r["target"]))), default=1)
+    """N of `oursN` and `vllmN`: the largest that ran for both (else the largest of ours)."""
+    ran = {(m.group(1), int(m.group(2))) for r in records if (m := TARGET.match(r["target"]))}
+    ours = [n for kind, n in ran if kind == "ours"]
+    paired = [n for n in ours if n > 1 and ("vllm", n) in ran]
+    return max(paired or ours or [n for _, n in ran] or [1])
+
+
+MEANS = ("tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "server_cpu_us_per_token")
+
+
+def combined(rounds: list[Record]) -> Record:
+    """A target's records of one shape and C over several rounds, as one: the mean of each
+    figure, and the lowest and highest tok/s."""
+    if len(rounds) == 1:
+        return rounds[0]
+    mean = {field: sum(r[field] for r in rounds) / len(rounds) for field in MEANS if field in rounds[0]}
+    speeds = [r["tok_s"] for r in rounds]
+    return {**rounds[0], **mean, "rounds": len(rounds), "tok_s_range": (min(speeds), max(speeds))}
+
+
+def measured_by_target(records: list[Record]) -> dict[tuple[str, str, int], Record]:
+    """(shape, target, C) → its record, over its rounds combined."""
+    measured: dict[tuple[str, str, int], list[Record]] = {}
+    for r in records:
+        if "c" in r and not r.get("failed") and r.get("round") != "profile":
+            measured.setdefault((r["shape"], r["target"], r["c"]), []).append(r)
+    return {key: combined(rounds) for key, rounds in measured.items()}
 
 
 def cells(records: list[Record], n: int) -> list[Cell]:
-    """Every shape and C that ran, in order; failed targets (no "c") are left out."""
-    found = {(r["shape"], r["target"], r["c"]): r for r in records if "c" in r and not r.get("failed")}
+    """Every shape and C that ran, in order; failed targets (no "c") and profiled levels are
+    left out; a target measured in several rounds is their mean."""
+    found = measured_by_target(records)
     return [
         Cell(shape, c, *(found.get((shape, t, c)) for t in ("engine", f"ours{n}", "vllm1", f"vllm{n}")))
         for shape, c in sorted({(shape, c) for shape, _, c in found})
@@ -84,10 +110,28 @@ def render(records: list[Record]) -> str:
             f"| {three('itl_p99_ms', [o, v, vn], 1)} | {three('ttft_p50_ms', [o, v, vn], 0)} "
             f"| {three('server_cpu_us_per_token', [o, v, vn], 0)} |"
         )
+    lines += ["", *every_target(records)]
     found_checks = checks(records)
     lines += ["", f"Checks: {sum(c.met for c in found_checks)} of {len(found_checks)} met"]
-    lines += [f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} (bound {c.bound})" for c in found_checks]
+    lines += [f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks]
     return "\n".join(lines) + "\n"
+
+
+def every_target(records: list[Record]) -> list[str]:
+    """Each target's figures, with the range of tok/s over its rounds where it ran several."""
+    lines = [
+        "| model | C | target | tok/s (range over rounds) | TTFT p50 / p99 ms | ITL p50 / p99 ms | server µs/token |",
+        "|" + "---|" * 7,
+    ]
+    for (shape, target, c), r in sorted(measured_by_target(records).items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        low, high = r.get("tok_s_range", (r["tok_s"], r["tok_s"]))
+        spread = f" ({low:,.0f}–{high:,.0f})" if r.get("rounds") else ""
+        lines.append(
+            f"| {shape} | {c} | {target} | {r['tok_s']:,.0f}{spread} "
+            f"| {fmt(r.get('ttft_p50_ms'), 1)} / {fmt(r.get('ttft_p99_ms'), 1)} "
+            f"| {fmt(r.get('itl_p50_ms'), 2)} / {fmt(r.get('itl_p99_ms'), 2)} | {fmt(r.get('server_cpu_us_per_token'))} |"
+        )
+    return lines
 
 
 def checks(records: list[Record]) -> list[Check]:
