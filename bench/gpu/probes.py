@@ -1,5 +1,5 @@
 """What the GPU run reads about the server while it measures: the CPU each process used, how
-busy the whole machine was, and py-spy records of the busiest processes."""
+busy the whole machine was, and py-spy records of its busiest processes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 PROFILE_SECONDS = 3
-ENGINE_CORE = "VLLM::EngineCor"
-"""The engine core's process name (vLLM's process title, cut to 15 characters)."""
 
 
 def process_tree(pid: int) -> list[int]:
@@ -59,21 +57,20 @@ def machine_busy(before: tuple[float, float], after: tuple[float, float]) -> flo
 
 
 def record_profiles(server: int, out: Path) -> list[subprocess.Popen]:
-    """py-spy records (collapsed stacks, by thread) of the server's engine core and of its
-    busiest other process, chosen over the level's first second (idle samples are left out)."""
+    """py-spy records (collapsed stacks, by thread) of the server's two busiest processes,
+    chosen over the level's first second; idle samples are left out. (Without setproctitle
+    every process is `python3`: the threads name them, the engine core's own are
+    `process_input_sockets` and `process_output_sockets`.)"""
     time.sleep(0.5)
     first = cpu_seconds(process_tree(server))
     time.sleep(0.5)
     second = cpu_seconds(process_tree(server))
-    used = sorted(((second[k] - first.get(k, 0.0), k) for k in second), reverse=True)
-    cores = [k for _, k in used if k.startswith(ENGINE_CORE)]
-    others = [k for _, k in used if not k.startswith(ENGINE_CORE)]
+    busiest = sorted(((second[k] - first.get(k, 0.0), k) for k in second), reverse=True)[:2]
     out.mkdir(parents=True, exist_ok=True)
     profilers = []
-    for role, key in (("core", cores[:1]), ("frontend", others[:1])):
-        for name in key:
-            pid = name.rsplit(":", 1)[1]
-            argv = ["py-spy", "record", "--pid", pid, "--duration", str(PROFILE_SECONDS), "--rate", "250",
-                    "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"{role}-{pid}.txt")]
-            profilers.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+    for rank, (_, name) in enumerate(busiest, 1):
+        pid = name.rsplit(":", 1)[1]
+        argv = ["py-spy", "record", "--pid", pid, "--duration", str(PROFILE_SECONDS), "--rate", "250",
+                "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"busiest-{rank}-{pid}.txt")]
+        profilers.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
     return profilers

@@ -13,9 +13,9 @@ vllm1, vllmN and oursN with N our default process count on this host. Writes res
 
 --together starts every server of a shape at once, each on its own port with an equal share
 of GPU memory, and measures them in turn for --rounds rounds (the order rotated each round,
-the in-process engine once, in the middle of the first): the ratios are then paired in time, not taken minutes
-apart. --profile adds a py-spy record of the engine core and the busiest frontend process of
-each server at the highest C (profiles/ under --out)."""
+the in-process engine once, in the middle of the first): the ratios are then paired in
+time, not taken minutes apart. --profile then adds a level at the highest C for each server
+with py-spy records of its two busiest processes (profiles/ under --out)."""
 
 from __future__ import annotations
 
@@ -253,7 +253,7 @@ class Run:
         servers = self.start_all(shape, names, args)
         try:
             for number in range(rounds):
-                order = names[number % len(names):] + names[: number % len(names)]
+                order = rotated(names, number)
                 for index, target in enumerate(order):
                     if "engine" in targets and number == 0 and index == len(order) // 2:
                         self.engine(shape, args, {"round": number})
@@ -298,6 +298,13 @@ class Run:
         record = {"shape": shape, "target": "engine", **(extra or {})}
         for level in run_engine(self.models, shape, self.raw_dir, self.levels, self.tokens, engine_args):
             write(self.results, {**record, **level})
+
+
+def rotated(names: list[str], number: int) -> list[str]:
+    """Round `number`'s order: each target goes first in turn (no target always measured
+    right after the same one)."""
+    shift = number % len(names)
+    return names[shift:] + names[:shift]
 
 
 def stop(process: subprocess.Popen) -> None:

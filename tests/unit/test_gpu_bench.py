@@ -4,6 +4,7 @@ and from made-up records."""
 from __future__ import annotations
 
 from app.paths import PROJECT_ROOT
+from bench.gpu.run import rotated
 from bench.gpu.table import checks, load, render
 
 RECORDED = PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-23.jsonl"
@@ -49,3 +50,36 @@ def test_a_failed_target_is_shown_missing_and_not_checked() -> None:
     table = render(records)
     assert "| tiny | 64 | – | 900 | – | – | – | – | – |" in table
     assert "Checks: 0 of 0 met" in table
+
+
+TOGETHER = PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-23-together.jsonl"
+
+
+def test_the_run_of_every_server_together_renders_as_the_readme_table() -> None:
+    table = render(load(TOGETHER))
+    row = "| tiny | 256 | 24,550 | 22,626 | 12,346 | 17,887 | 1.83 | 1.26 | 0.92 |"
+    assert row in table
+    assert "| 1b | 256 | 23,319 | 23,055 | 11,049 | 21,638 | 2.09 | 1.07 | 0.99 |" in table
+    assert "| tiny | 256 | ours4 | 22,626 (22,463–22,788) |" in table
+    assert "Checks: 18 of 26 met" in table
+    assert row in (PROJECT_ROOT / "README.md").read_text()
+
+
+def test_rounds_are_averaged_and_profiled_levels_left_out() -> None:
+    records = [
+        record("vllm1", 256, 500), record("vllm1", 256, 700),
+        {**record("vllm1", 256, 50), "round": "profile"},
+        record("ours4", 256, 1000), {"shape": "tiny", "target": "ours4", "start_s": 80.0},
+    ]
+    table = render(records)
+    assert "| tiny | 256 | vllm1 | 600 (500–700) |" in table
+    assert "| tiny | 256 | ours4 | 1,000 |" in table
+    by_what = {check.what: check for check in checks(records)}
+    assert round(by_what["tiny C=256 tok/s ours / vllm serve"].ours, 3) == round(1000 / 600, 3)
+
+
+def test_the_compared_process_count_is_one_both_servers_ran() -> None:
+    records = [record("vllm1", 64, 100), record("vllm4", 64, 100), record("ours4", 64, 100), record("ours8", 64, 200)]
+    assert "ours, 4 processes" in render(records)
+    assert rotated(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
