@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from types import FrameType
 from typing import Protocol
 
@@ -17,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 GRPC_GRACE_SECONDS = 5.0
 """After the drain: how long gRPC calls still open may end on their own before they are cancelled."""
+SAME_STOP_SECONDS = 2.0
+"""A frontend process of several: a SIGTERM this soon after the first is the same stop."""
 
 
 class SideServer(Protocol):
@@ -34,12 +37,21 @@ class DrainingServer(uvicorn.Server):
     streams) while running requests finish (up to the drain timeout; the rest are aborted
     with an error); then the engines shut down and the process exits 0. A second signal
     stops at once. Side servers start once the engines are up and stop before they stop.
+
+    `supervised` (one frontend process of several): the supervisor forwards its signals as
+    SIGTERM, so SIGINT is left to it (Ctrl-C in a terminal reaches every process of the
+    group) and a SIGTERM within `SAME_STOP_SECONDS` of the first is the same stop (systemd
+    and `kill -TERM -PGID` signal every process, and the supervisor forwards one more).
     """
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI, side: SideServer | None = None) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: FastAPI, side: SideServer | None = None, supervised: bool = False
+    ) -> None:
         super().__init__(config)
         self._app = app
         self._side = side
+        self._supervised = supervised
+        self._first_signal_at: float | None = None
         self._side_started = False
         self.failed_side = False
         self._drain_task: asyncio.Task[None] | None = None
@@ -66,6 +78,8 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._supervised and self._left_to_supervisor(sig):
+            return
         if self._draining or self.should_exit:
             logger.warning("second %s: stopping now", signal.Signals(sig).name)
             self.should_exit = True
@@ -75,6 +89,16 @@ class DrainingServer(uvicorn.Server):
         logger.info("%s: draining before shutdown", signal.Signals(sig).name)
         loop = asyncio.get_event_loop()
         loop.call_soon_threadsafe(self._start_drain, loop)
+
+    def _left_to_supervisor(self, sig: int) -> bool:
+        """Whether a supervised process ignores `sig`: the supervisor's SIGTERM does the job."""
+        if sig == signal.SIGINT:
+            return True
+        now = time.monotonic()
+        if self._first_signal_at is None:
+            self._first_signal_at = now
+            return False
+        return now - self._first_signal_at < SAME_STOP_SECONDS
 
     def _start_drain(self, loop: asyncio.AbstractEventLoop) -> None:
         self._drain_task = loop.create_task(self._drain())
@@ -93,8 +117,10 @@ def serve(
     log_level: str,
     side: SideServer | None = None,
     sockets: list[socket.socket] | None = None,
+    supervised: bool = False,
 ) -> None:
-    """Serve until stopped; on `sockets` already bound (a frontend process of several)."""
+    """Serve until stopped; on `sockets` already bound if given. `supervised`: a frontend
+    process of several, whose supervisor forwards the signals (see `DrainingServer`)."""
     config = uvicorn.Config(
         app,
         host=host,
@@ -104,7 +130,7 @@ def serve(
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    server = DrainingServer(config, app, side)
+    server = DrainingServer(config, app, side, supervised=supervised)
     server.run(sockets=sockets)
     if server.failed_side:
         raise SystemExit(3)

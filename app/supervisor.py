@@ -138,10 +138,12 @@ class Supervisor:
 
     async def _wait_for_workers(self) -> None:
         """Join every worker; the group's status is that of the drains (a worker already dead
-        when the stop came, e.g. waiting for its restart, does not count)."""
+        when the stop came, e.g. waiting for its restart, does not count, nor one that our
+        SIGTERM ended before it could take signals, e.g. a restarted one still starting)."""
         for index, process in list(self._processes.items()):
             await asyncio.to_thread(process.join)
-            if index in self._draining and process.exitcode and not self._code:
+            stopped_by_our_signal = process.exitcode == -signal.SIGTERM  # one still starting up
+            if index in self._draining and process.exitcode and not stopped_by_our_signal and not self._code:
                 self._code = process.exitcode
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -205,4 +207,4 @@ def run_worker(index: int, settings: Settings, path: str) -> None:
     app = create_app(settings, link=link)
     grpc_server = create_grpc_server(settings, app.state.runtime)
     http = bind_shared_port(settings.host, settings.port)
-    serve(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=[http])
+    serve(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=[http], supervised=True)
