@@ -17,6 +17,7 @@ from app.main import create_app
 from app.repository.heap import HeapFreezer
 from app.settings import Settings
 from tests.doubles import FakeEngine
+from tests.support.clients import started_clients
 from tests.support.waiting import wait_for
 
 BODY = {"text_input": "x", "parameters": {"max_tokens": 2}}
@@ -64,18 +65,13 @@ def heap_app(repository: Path, **overrides: object) -> tuple[FastAPI, WeakEngine
 
 @pytest.fixture
 def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, WeakEngines]]]:
-    clients: list[TestClient] = []
+    with started_clients() as start:
 
-    def build(**settings: object) -> tuple[TestClient, WeakEngines]:
-        app, engines = heap_app(repository, **settings)
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return client, engines
+        def build(**settings: object) -> tuple[TestClient, WeakEngines]:
+            app, engines = heap_app(repository, **settings)
+            return start(app), engines
 
-    yield build
-    for client in clients:
-        client.__exit__(None, None, None)
+        yield build
 
 
 def test_the_heap_is_frozen_once_the_app_started(served: Callable[..., tuple[TestClient, WeakEngines]]) -> None:

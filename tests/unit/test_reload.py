@@ -15,6 +15,7 @@ from app.main import create_app
 from app.repository.layout import ModelSpec
 from app.settings import Settings
 from tests.doubles import FakeEngine
+from tests.support.clients import started_clients
 from tests.support.waiting import wait_for
 
 BODY = {"text_input": "x", "parameters": {"max_tokens": 2}}
@@ -40,19 +41,14 @@ class Engines:
 
 @pytest.fixture
 def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Engines]]]:
-    clients: list[TestClient] = []
+    with started_clients() as start:
 
-    def build(**settings: object) -> tuple[TestClient, Engines]:
-        engines = Engines()
-        app = create_app(Settings(model_repository=repository, engine_probe_interval_seconds=0, **settings), engine_factory=engines)
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return client, engines
+        def build(**settings: object) -> tuple[TestClient, Engines]:
+            engines = Engines()
+            settings = {"engine_probe_interval_seconds": 0, **settings}
+            return start(create_app(Settings(model_repository=repository, **settings), engine_factory=engines)), engines
 
-    yield build
-    for client in clients:
-        client.__exit__(None, None, None)
+        yield build
 
 
 def load_in_background(client: TestClient, body: dict | None = None) -> tuple[threading.Thread, dict]:

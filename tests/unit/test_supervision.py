@@ -15,6 +15,7 @@ from app.repository.served_model import ModelState
 from app.repository.supervision import RestartBudget, RestartPolicy
 from app.settings import Settings
 from tests.doubles import FakeEngine
+from tests.support.clients import started_clients
 from tests.support.waiting import wait_for
 
 FAST_RESTARTS = {
@@ -40,19 +41,14 @@ class EngineSeries:
 
 @pytest.fixture
 def supervised(repository: Path) -> Iterator[Callable[..., tuple[TestClient, EngineSeries]]]:
-    clients: list[TestClient] = []
+    with started_clients() as start:
 
-    def build(series: EngineSeries | None = None, **settings: object) -> tuple[TestClient, EngineSeries]:
-        series = series or EngineSeries()
-        app = create_app(Settings(model_repository=repository, **{**FAST_RESTARTS, **settings}), engine_factory=series)
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return client, series
+        def build(series: EngineSeries | None = None, **settings: object) -> tuple[TestClient, EngineSeries]:
+            series = series or EngineSeries()
+            app = create_app(Settings(model_repository=repository, **{**FAST_RESTARTS, **settings}), engine_factory=series)
+            return start(app), series
 
-    yield build
-    for client in clients:
-        client.__exit__(None, None, None)
+        yield build
 
 
 def registry_of(client: TestClient) -> ModelRegistry:
