@@ -229,11 +229,11 @@ class Run:
     def results(self) -> Path:
         return self.out / "results.jsonl"
 
-    def one_by_one(self, shape: str, targets: list[str], engine_args: dict | None = None) -> None:
+    def one_by_one(self, shape: str, targets: list[str]) -> None:
         """Each target started, measured at every level and stopped before the next."""
         for target in targets:
             if target == "engine":
-                self.engine(shape, engine_args or ENGINE_ARGS)
+                self.engine(shape, ENGINE_ARGS)
                 continue
             server = start_server(target, self.models, shape, self.out / f"{shape}-{target}.log")
             try:
