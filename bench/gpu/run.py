@@ -11,10 +11,10 @@ vllm1, vllmN and oursN with N our default process count on this host. Writes res
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
 `make bench` on a GPU host runs it on the default model.
 
---together starts every server of a shape at once, each on its own port with an equal share
-of GPU memory, and measures them in turn for --rounds rounds (the order rotated each round,
-the in-process engine once, in the middle of the first): the ratios are then paired in
-time, not taken minutes apart. --profile then adds a level at the highest C for each server
+--together starts every server of a shape and the in-process engine at once, each server on
+its own port, each with an equal share of GPU memory, and measures them in turn for
+--rounds rounds (the order rotated each round, the engine's load generator kept between
+rounds): the ratios are then paired in time, not taken minutes apart. --profile then adds a level at the highest C for each server
 with py-spy records of its two busiest processes (profiles/ under --out)."""
 
 from __future__ import annotations
@@ -176,13 +176,65 @@ def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server
     }
 
 
+def engine_argv(models: Path, shape: str, raw: Path, levels_run: list[tuple[int, int, int]], tokens: int,
+                engine_args: dict) -> list[str]:
+    levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
+    return [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
+            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw)]
+
+
 def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int,
                engine_args: dict) -> list[dict]:
-    levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
-    argv = [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
-            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw_dir / f"{shape}-engine")]
+    argv = engine_argv(models, shape, raw_dir / f"{shape}-engine", levels_run, tokens, engine_args)
     lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
     return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
+
+
+@dataclass
+class EngineSession:
+    """The in-process engine kept for every round of a --together run: a load generator that
+    runs all levels for each tag written to its stdin and leaves the results in a file."""
+
+    process: subprocess.Popen
+    raw: Path
+
+    @classmethod
+    def start(cls, argv: list[str], raw: Path, log: Path) -> EngineSession:
+        process = subprocess.Popen([*argv, "--rounds-from-stdin"], stdin=subprocess.PIPE, text=True,
+                                   stdout=log.open("w"), stderr=subprocess.STDOUT)
+        return cls(process, raw)
+
+    def wait_ready(self, timeout: float = 900) -> float:
+        """Seconds until the engine is up (the load generator says so with a file)."""
+        start = time.time()
+        while not self.raw.with_name(f"{self.raw.name}.ready").exists():
+            if self.process.poll() is not None or time.time() - start > timeout:
+                raise RuntimeError("the in-process engine did not start")
+            time.sleep(0.5)
+        return time.time() - start
+
+    def round(self, tag: str, timeout: float = 1800) -> list[dict]:
+        """Every level once; [] when the engine has exited or timed out."""
+        done = self.raw.with_name(f"{self.raw.name}.{tag}.json")
+        if self.process.poll() is not None:
+            return []
+        self.process.stdin.write(tag + "\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        deadline = time.time() + timeout
+        while not done.exists():
+            if self.process.poll() is not None or time.time() > deadline:
+                return []
+            time.sleep(0.5)
+        return json.loads(done.read_text())
+
+    def stop(self) -> None:
+        """End of input: the load generator shuts its engine down; killed after 2 minutes."""
+        self.process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def main() -> None:
@@ -245,26 +297,43 @@ class Run:
                 stop(server.process)
 
     def together(self, shape: str, targets: list[str], rounds: int, profile: bool) -> None:
-        """Every server up at once (each an equal share of GPU memory), then `rounds` rounds
-        over the targets, the order rotated each round, the engine in the middle of the first."""
+        """Every server and the in-process engine up at once (each an equal share of GPU
+        memory), then `rounds` rounds over the targets, the order rotated each round."""
         names = [t for t in targets if t != "engine"]
         share = round(0.85 / (len(targets)), 2)
         args = {**ENGINE_ARGS, "gpu_memory_utilization": share}
         servers = self.start_all(shape, names, args)
+        engine = self.start_engine(shape, args) if "engine" in targets else None
         try:
             for number in range(rounds):
-                order = rotated(names, number)
-                for index, target in enumerate(order):
-                    if "engine" in targets and number == 0 and index == len(order) // 2:
-                        self.engine(shape, args, {"round": number})
-                    if target in servers:
+                for target in rotated(targets, number):
+                    if target == "engine" and engine is not None:
+                        for level in engine.round(f"r{number}"):
+                            write(self.results, {"shape": shape, "target": "engine", "round": number, **level})
+                    elif target in servers:
                         self.measure(shape, servers[target], {"round": number})
             if profile:
                 for target, server in servers.items():
                     self.measure(shape, server, {"round": "profile"}, self.out / "profiles" / f"{shape}-{target}")
         finally:
+            if engine is not None:
+                engine.stop()
             for server in servers.values():
                 stop(server.process)
+
+    def start_engine(self, shape: str, engine_args: dict) -> EngineSession | None:
+        raw = self.raw_dir / f"{shape}-engine"
+        for stale in raw.parent.glob(f"{raw.name}.*"):
+            stale.unlink()
+        argv = engine_argv(self.models, shape, raw, self.levels, self.tokens, engine_args)
+        engine = EngineSession.start(argv, raw, self.out / f"{shape}-engine.log")
+        try:
+            write(self.results, {"shape": shape, "target": "engine", "start_s": round(engine.wait_ready(), 1)})
+        except RuntimeError as exc:
+            write(self.results, {"shape": shape, "target": "engine", "failed": repr(exc)})
+            engine.stop()
+            return None
+        return engine
 
     def start_all(self, shape: str, names: list[str], engine_args: dict) -> dict[str, Server]:
         """The first server alone (it fills the compile cache), then the others at once."""

@@ -3,8 +3,16 @@ and from made-up records."""
 
 from __future__ import annotations
 
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
 from app.paths import PROJECT_ROOT
-from bench.gpu.run import rotated
+from bench.gpu.run import EngineSession, rotated
 from bench.gpu.table import checks, load, render
 
 RECORDED = PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-23.jsonl"
@@ -83,3 +91,61 @@ def test_the_compared_process_count_is_one_both_servers_ran() -> None:
     assert "ours, 4 processes" in render(records)
     assert rotated(["a", "b", "c"], 0) == ["a", "b", "c"]
     assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+
+
+FAKE_ENGINE_LOADGEN = """
+import json, os, sys
+raw = sys.argv[sys.argv.index("--raw") + 1]
+if "--fail" in sys.argv:
+    sys.exit(1)
+open(raw + ".ready", "w").close()
+for line in sys.stdin:
+    tag = line.strip()
+    json.dump([{"c": 1, "tok_s": 10.0, "tag": tag}], open(raw + "." + tag + ".json", "w"))
+"""
+
+
+def fake_engine(tmp_path: Path, *extra: str) -> EngineSession:
+    script = tmp_path / "fake_loadgen.py"
+    script.write_text(FAKE_ENGINE_LOADGEN)
+    raw = tmp_path / "tiny-engine"
+    return EngineSession.start([sys.executable, str(script), "--raw", str(raw), *extra], raw, tmp_path / "engine.log")
+
+
+def test_the_engine_of_a_together_run_is_kept_for_every_round(tmp_path: Path) -> None:
+    engine = fake_engine(tmp_path)
+    assert engine.wait_ready(timeout=30) < 30
+    assert engine.round("r0", timeout=30) == [{"c": 1, "tok_s": 10.0, "tag": "r0"}]
+    assert engine.round("r1", timeout=30)[0]["tag"] == "r1"
+    engine.stop()
+    assert engine.process.returncode == 0
+
+
+def test_an_engine_that_did_not_start_is_reported_and_gives_no_rounds(tmp_path: Path) -> None:
+    engine = fake_engine(tmp_path, "--fail")
+    with pytest.raises(RuntimeError, match="did not start"):
+        engine.wait_ready(timeout=30)
+    assert engine.round("r0", timeout=30) == []
+    engine.stop()
+
+
+async def test_the_load_generator_runs_every_level_for_each_tag_on_stdin(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT / "bench" / "gpu"))
+    from bench.gpu import loadgen
+
+    async def one_request(wid: int, out: dict, count: int, tag: str) -> None:
+        for _ in range(count):
+            out["ttft"].append(0.01)
+            out["itl"].extend([0.002] * 3)
+            out["e2e"].append(0.02)
+            out["events"] += 4
+            out["done"] += 1
+
+    args = argparse.Namespace(raw=str(tmp_path / "tiny-engine"), tokens=4, wid_base=0, target="engine")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("r0\nr1\n"))
+    await loadgen.engine_rounds(None, one_request, [(1, 2), (4, 1)], args)
+    assert (tmp_path / "tiny-engine.ready").exists()
+    for tag in ("r0", "r1"):
+        levels = json.loads((tmp_path / f"tiny-engine.{tag}.json").read_text())
+        assert [(level["c"], level["requests"]) for level in levels] == [(1, 2), (4, 4)]
+        assert all(set(level["server_cpu_s"]) == {"engine core"} for level in levels)
