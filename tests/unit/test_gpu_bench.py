@@ -149,3 +149,17 @@ async def test_the_load_generator_runs_every_level_for_each_tag_on_stdin(tmp_pat
         levels = json.loads((tmp_path / f"tiny-engine.{tag}.json").read_text())
         assert [(level["c"], level["requests"]) for level in levels] == [(1, 2), (4, 4)]
         assert all(set(level["server_cpu_s"]) == {"engine core"} for level in levels)
+
+
+def test_the_runs_with_the_engine_in_every_round_render_as_the_readme_table() -> None:
+    tiny = render(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-tiny.jsonl"))
+    big = render(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-1b.jsonl"))
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    rows = [
+        "| tiny | 256 | 25,320 | 24,329 | 11,536 | 18,721 | 2.11 | 1.30 | 0.96 |",
+        "| 1b | 256 | 27,148 | 28,028 | 12,765 | 24,708 | 2.20 | 1.13 | 1.03 |",
+    ]
+    assert rows[0] in tiny and rows[1] in big
+    assert all(row in readme for row in rows)
+    assert "| tiny | 256 | engine | 25,320 (24,416–26,175) |" in tiny
+    assert "Checks: 10 of 13 met" in tiny and "Checks: 13 of 13 met" in big
