@@ -6,6 +6,7 @@
 #   call 1, carry .gpu-carry/a:  bash bench/gpu/session.sh part
 #   call 2, carry .gpu-carry/b:  bash bench/gpu/session.sh start SECONDS [run.py options]
 #   then until it says "done":   bash bench/gpu/session.sh poll SECONDS
+#   (poll exits 3 at once on a machine without a run: the warm one was given back)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 RUN=/tmp/gpu-out
@@ -50,6 +51,8 @@ case "$1" in
     wait_for_run "$seconds"
     ;;
   poll)
+    # A fresh machine (the last one was given back) has no run: say so at once.
+    [ -e "$RUN"/run.log ] || { echo "no run on this machine: it is a fresh one, start again"; exit 3; }
     wait_for_run "$2"
     ;;
 esac
