@@ -36,10 +36,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gpu.engine import LOADGEN, EngineSession, engine_argv, run_engine
 from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree, record_profiles
 from bench.gpu.table import load, render
 
-LOADGEN = HERE / "loadgen.py"
 TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
@@ -174,67 +174,6 @@ def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server
         "client_cpu_util": [o.get("client_cpu_util") for o in outputs], "server_cpu_s": server_cpu,
         "server_cpu_us_per_token": round(1e6 * sum(server_cpu.values()) / max(done * tokens, 1), 1),
     }
-
-
-def engine_argv(models: Path, shape: str, raw: Path, levels_run: list[tuple[int, int, int]], tokens: int,
-                engine_args: dict) -> list[str]:
-    levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
-    return [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
-            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw)]
-
-
-def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int,
-               engine_args: dict) -> list[dict]:
-    argv = engine_argv(models, shape, raw_dir / f"{shape}-engine", levels_run, tokens, engine_args)
-    lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
-
-
-@dataclass
-class EngineSession:
-    """The in-process engine kept for every round of a --together run: a load generator that
-    runs all levels for each tag written to its stdin and leaves the results in a file."""
-
-    process: subprocess.Popen
-    raw: Path
-
-    @classmethod
-    def start(cls, argv: list[str], raw: Path, log: Path) -> EngineSession:
-        process = subprocess.Popen([*argv, "--rounds-from-stdin"], stdin=subprocess.PIPE, text=True,
-                                   stdout=log.open("w"), stderr=subprocess.STDOUT)
-        return cls(process, raw)
-
-    def wait_ready(self, timeout: float = 900) -> float:
-        """Seconds until the engine is up (the load generator says so with a file)."""
-        start = time.time()
-        while not self.raw.with_name(f"{self.raw.name}.ready").exists():
-            if self.process.poll() is not None or time.time() - start > timeout:
-                raise RuntimeError("the in-process engine did not start")
-            time.sleep(0.5)
-        return time.time() - start
-
-    def round(self, tag: str, timeout: float = 1800) -> list[dict]:
-        """Every level once; [] when the engine has exited or timed out."""
-        done = self.raw.with_name(f"{self.raw.name}.{tag}.json")
-        if self.process.poll() is not None:
-            return []
-        self.process.stdin.write(tag + "\n")  # type: ignore[union-attr]
-        self.process.stdin.flush()  # type: ignore[union-attr]
-        deadline = time.time() + timeout
-        while not done.exists():
-            if self.process.poll() is not None or time.time() > deadline:
-                return []
-            time.sleep(0.5)
-        return json.loads(done.read_text())
-
-    def stop(self) -> None:
-        """End of input: the load generator shuts its engine down; killed after 2 minutes."""
-        self.process.stdin.close()  # type: ignore[union-attr]
-        try:
-            self.process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def main() -> None:

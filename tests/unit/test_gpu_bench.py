@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.paths import PROJECT_ROOT
-from bench.gpu.run import EngineSession, rotated
+from bench.gpu.engine import EngineSession
+from bench.gpu.run import rotated
 from bench.gpu.table import checks, load, render
 
 RECORDED = PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-23.jsonl"

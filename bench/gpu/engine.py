@@ -1,0 +1,74 @@
+"""The in-process engine target of the GPU run: `AsyncLLM` in a load generator's own process,
+either once for all levels or kept for every round of a --together run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
+
+
+def engine_argv(models: Path, shape: str, raw: Path, levels_run: list[tuple[int, int, int]], tokens: int,
+                engine_args: dict) -> list[str]:
+    levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
+    return [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
+            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw)]
+
+
+def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int,
+               engine_args: dict) -> list[dict]:
+    argv = engine_argv(models, shape, raw_dir / f"{shape}-engine", levels_run, tokens, engine_args)
+    lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
+    return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
+
+
+@dataclass
+class EngineSession:
+    """The in-process engine kept for every round of a --together run: a load generator that
+    runs all levels for each tag written to its stdin and leaves the results in a file."""
+
+    process: subprocess.Popen
+    raw: Path
+
+    @classmethod
+    def start(cls, argv: list[str], raw: Path, log: Path) -> EngineSession:
+        process = subprocess.Popen([*argv, "--rounds-from-stdin"], stdin=subprocess.PIPE, text=True,
+                                   stdout=log.open("w"), stderr=subprocess.STDOUT)
+        return cls(process, raw)
+
+    def wait_ready(self, timeout: float = 900) -> float:
+        """Seconds until the engine is up (the load generator says so with a file)."""
+        start = time.time()
+        while not self.raw.with_name(f"{self.raw.name}.ready").exists():
+            if self.process.poll() is not None or time.time() - start > timeout:
+                raise RuntimeError("the in-process engine did not start")
+            time.sleep(0.5)
+        return time.time() - start
+
+    def round(self, tag: str, timeout: float = 1800) -> list[dict]:
+        """Every level once; [] when the engine has exited or timed out."""
+        done = self.raw.with_name(f"{self.raw.name}.{tag}.json")
+        if self.process.poll() is not None:
+            return []
+        self.process.stdin.write(tag + "\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        deadline = time.time() + timeout
+        while not done.exists():
+            if self.process.poll() is not None or time.time() > deadline:
+                return []
+            time.sleep(0.5)
+        return json.loads(done.read_text())
+
+    def stop(self) -> None:
+        """End of input: the load generator shuts its engine down; killed after 2 minutes."""
+        self.process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
