@@ -1,5 +1,5 @@
 """The in-process engine target of the GPU run: `AsyncLLM` in a load generator's own process,
-either once for all levels or kept for every round of a --together run."""
+kept for every round of a run (one round when targets run one by one)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,9 @@ def engine_argv(models: Path, shape: str, raw: Path, levels_run: list[tuple[int,
             "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw)]
 
 
-def run_engine(models: Path, shape: str, raw_dir: Path, levels_run: list[tuple[int, int, int]], tokens: int,
-               engine_args: dict) -> list[dict]:
-    argv = engine_argv(models, shape, raw_dir / f"{shape}-engine", levels_run, tokens, engine_args)
-    lines = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{") and '"c"' in line]
-
-
 @dataclass
 class EngineSession:
-    """The in-process engine kept for every round of a --together run: a load generator that
+    """The in-process engine kept for a run's rounds: a load generator that
     runs all levels for each tag written to its stdin and leaves the results in a file."""
 
     process: subprocess.Popen

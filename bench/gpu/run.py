@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu.engine import LOADGEN, EngineSession, engine_argv, run_engine
+from bench.gpu.engine import LOADGEN, EngineSession, engine_argv
 from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree, record_profiles
 from bench.gpu.table import load, render
 
@@ -224,7 +224,7 @@ class Run:
         """Each target started, measured at every level and stopped before the next."""
         for target in targets:
             if target == "engine":
-                self.engine(shape, ENGINE_ARGS)
+                self.engine_once(shape)
                 continue
             server = start_server(target, self.models, shape, self.out / f"{shape}-{target}.log")
             try:
@@ -247,8 +247,7 @@ class Run:
             for number in range(rounds):
                 for target in rotated(targets, number):
                     if target == "engine" and engine is not None:
-                        for level in engine.round(f"r{number}"):
-                            write(self.results, {"shape": shape, "target": "engine", "round": number, **level})
+                        self.engine_round(shape, engine, f"r{number}", {"round": number})
                     elif target in servers:
                         self.measure(shape, servers[target], {"round": number})
             if profile:
@@ -302,10 +301,18 @@ class Run:
             level = run_level(server, shape, c, requests, clients, self.raw_dir, self.tokens, profile)
             write(self.results, {**record, **level})
 
-    def engine(self, shape: str, engine_args: dict, extra: dict | None = None) -> None:
-        record = {"shape": shape, "target": "engine", **(extra or {})}
-        for level in run_engine(self.models, shape, self.raw_dir, self.levels, self.tokens, engine_args):
-            write(self.results, {**record, **level})
+    def engine_once(self, shape: str) -> None:
+        """The in-process engine started, measured at every level and stopped."""
+        engine = self.start_engine(shape, ENGINE_ARGS)
+        if engine is not None:
+            try:
+                self.engine_round(shape, engine, "r0", {})
+            finally:
+                engine.stop()
+
+    def engine_round(self, shape: str, engine: EngineSession, tag: str, extra: dict) -> None:
+        for level in engine.round(tag):
+            write(self.results, {"shape": shape, "target": "engine", **extra, **level})
 
 
 def rotated(names: list[str], number: int) -> list[str]:
