@@ -37,6 +37,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu.engine import LOADGEN, EngineSession, engine_argv
+from bench.gpu.loadgen import slow_itl_at
 from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree, record_profiles
 from bench.gpu.table import load, render
 
@@ -44,7 +45,7 @@ TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
-START_DELAY = 4.0
+START_DELAY = 3.0
 """Seconds from spawning a level's load-generator processes to their common start (they
 start and warm up meanwhile)."""
 
@@ -166,11 +167,13 @@ def run_level(server: Server, shape: str, c: int, requests: int, clients: int, r
 def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict, tokens: int) -> dict:
     ttft = [x for s in samples for x in s["ttft"]]
     itl = [x for s in samples for x in s["itl"]]
+    positions = [x for s in samples for x in s.get("itl_pos", [])]
     done = sum(s["done"] for s in samples)
     return {
         "c": c, "requests": done, "errors": sum(s["errors"] for s in samples), "tok_s": round(done * tokens / wall, 1),
         "ttft_p50_ms": round(1000 * percentile(ttft, 50), 1), "ttft_p99_ms": round(1000 * percentile(ttft, 99), 1),
         "itl_p50_ms": round(1000 * percentile(itl, 50), 2), "itl_p99_ms": round(1000 * percentile(itl, 99), 2),
+        "slow_itl_at": slow_itl_at(itl, positions) if len(positions) == len(itl) else {},
         "client_cpu_util": [o.get("client_cpu_util") for o in outputs], "server_cpu_s": server_cpu,
         "server_cpu_us_per_token": round(1e6 * sum(server_cpu.values()) / max(done * tokens, 1), 1),
     }
@@ -241,8 +244,7 @@ class Run:
         names = [t for t in targets if t != "engine"]
         share = round(0.85 / (len(targets)), 2)
         args = {**ENGINE_ARGS, "gpu_memory_utilization": share}
-        servers = self.start_all(shape, names, args)
-        engine = self.start_engine(shape, args) if "engine" in targets else None
+        servers, engine = self.start_all(shape, names, args, with_engine="engine" in targets)
         try:
             for number in range(rounds):
                 for target in rotated(targets, number):
@@ -259,12 +261,15 @@ class Run:
             for server in servers.values():
                 stop(server.process)
 
-    def start_engine(self, shape: str, engine_args: dict) -> EngineSession | None:
+    def launch_engine(self, shape: str, engine_args: dict) -> EngineSession:
         raw = self.raw_dir / f"{shape}-engine"
         for stale in raw.parent.glob(f"{raw.name}.*"):
             stale.unlink()
         argv = engine_argv(self.models, shape, raw, self.levels, self.tokens, engine_args)
-        engine = EngineSession.start(argv, raw, self.out / f"{shape}-engine.log")
+        return EngineSession.start(argv, raw, self.out / f"{shape}-engine.log")
+
+    def wait_engine(self, shape: str, engine: EngineSession) -> EngineSession | None:
+        """The launched engine once it is up (its start time written), or None."""
         try:
             write(self.results, {"shape": shape, "target": "engine", "start_s": round(engine.wait_ready(), 1)})
         except RuntimeError as exc:
@@ -273,23 +278,32 @@ class Run:
             return None
         return engine
 
-    def start_all(self, shape: str, names: list[str], engine_args: dict) -> dict[str, Server]:
-        """The first server alone (it fills the compile cache), then the others at once."""
+    def start_all(self, shape: str, names: list[str], engine_args: dict,
+                  with_engine: bool) -> tuple[dict[str, Server], EngineSession | None]:
+        """The first server alone (it fills the compile cache), then the others and (with
+        `with_engine`) the in-process engine at once."""
+        started = self.wait_servers(shape, self.launch_servers(shape, names, names[:1], engine_args))
+        pending = self.launch_servers(shape, names, names[1:], engine_args)
+        engine = self.launch_engine(shape, engine_args) if with_engine else None
+        started.update(self.wait_servers(shape, pending))
+        return started, self.wait_engine(shape, engine) if engine is not None else None
+
+    def launch_servers(self, shape: str, names: list[str], batch: list[str], engine_args: dict) -> dict[str, Server]:
+        """`batch` of the servers `names`, each on its own port, launched (not waited for)."""
+        return {target: start_server(target, self.models, shape, self.out / f"{shape}-{target}.log",
+                                     8000 + 10 * names.index(target), engine_args) for target in batch}
+
+    def wait_servers(self, shape: str, pending: dict[str, Server]) -> dict[str, Server]:
+        """The launched servers that came up (their start times written); the others stopped."""
         started: dict[str, Server] = {}
-        for batch in (names[:1], names[1:]):
-            pending = {}
-            for target in batch:
-                port = 8000 + 10 * names.index(target)
-                log = self.out / f"{shape}-{target}.log"
-                pending[target] = start_server(target, self.models, shape, log, port, engine_args)
-            for target, server in pending.items():
-                try:
-                    started_s = round(wait_ready(server.ready, server.process, server.launched), 1)
-                    write(self.results, {"shape": shape, "target": target, "start_s": started_s})
-                    started[target] = server
-                except Exception as exc:  # noqa: BLE001 - record the failure, go on with the others
-                    write(self.results, {"shape": shape, "target": target, "failed": repr(exc)})
-                    stop(server.process)
+        for target, server in pending.items():
+            try:
+                started_s = round(wait_ready(server.ready, server.process, server.launched), 1)
+                write(self.results, {"shape": shape, "target": target, "start_s": started_s})
+                started[target] = server
+            except Exception as exc:  # noqa: BLE001 - record the failure, go on with the others
+                write(self.results, {"shape": shape, "target": target, "failed": repr(exc)})
+                stop(server.process)
         return started
 
     def measure(self, shape: str, server: Server, extra: dict, profile: Path | None = None) -> None:
@@ -303,7 +317,7 @@ class Run:
 
     def engine_once(self, shape: str) -> None:
         """The in-process engine started, measured at every level and stopped."""
-        engine = self.start_engine(shape, ENGINE_ARGS)
+        engine = self.wait_engine(shape, self.launch_engine(shape, ENGINE_ARGS))
         if engine is not None:
             try:
                 self.engine_round(shape, engine, "r0", {})

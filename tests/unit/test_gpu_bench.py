@@ -164,3 +164,38 @@ def test_the_runs_with_the_engine_in_every_round_render_as_the_readme_table() ->
     assert all(row in readme for row in rows)
     assert "| tiny | 256 | engine | 25,320 (24,416–26,175) |" in tiny
     assert "Checks: 10 of 13 met" in tiny and "Checks: 13 of 13 met" in big
+
+
+def test_the_slowest_token_gaps_are_told_by_their_place_in_the_request() -> None:
+    from bench.gpu import run
+
+    first_gap_slow = {"t_start": 0.0, "t_end": 1.0, "ttft": [0.01] * 4, "done": 4, "errors": 0,
+                      "itl": [0.009, 0.002, 0.002, 0.002] * 25 * 4, "itl_pos": [0, 1, 2, 70] * 25 * 4}
+    steady = {**first_gap_slow, "itl": [0.002, 0.002, 0.002, 0.009] * 25 * 4}
+    merged = run.merged(1, [first_gap_slow, steady], 1.0, [{}], {}, 128)
+    assert merged["slow_itl_at"] == {"0": 100, "1": 0, "2-7": 0, "8-63": 0, "64+": 100}
+    assert run.merged(1, [{**steady, "itl_pos": []}], 1.0, [{}], {}, 128)["slow_itl_at"] == {}
+
+
+def test_the_engine_starts_alongside_the_servers_after_the_first(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import run
+
+    events: list[str] = []
+
+    def launch(target: str, *args, **kwargs) -> run.Server:
+        events.append(f"launch {target}")
+        return run.Server(target, None, 0, target, "triton")  # type: ignore[arg-type]
+
+    def ready(url: str, process, start: float) -> float:
+        events.append(f"ready {url}")
+        return 1.0
+
+    monkeypatch.setattr(run, "start_server", launch)
+    monkeypatch.setattr(run, "wait_ready", ready)
+    monkeypatch.setattr(run.Run, "launch_engine", lambda self, shape, args: events.append("launch engine") or "engine")
+    monkeypatch.setattr(run.Run, "wait_engine", lambda self, shape, engine: events.append("ready engine") or engine)
+    bench = run.Run(tmp_path, tmp_path, tmp_path, [(1, 1, 1)], 4)
+    servers, engine = bench.start_all("tiny", ["vllm1", "vllm4", "ours4"], {}, with_engine=True)
+    assert events == ["launch vllm1", "ready vllm1", "launch vllm4", "launch ours4", "launch engine",
+                      "ready vllm4", "ready ours4", "ready engine"]
+    assert list(servers) == ["vllm1", "vllm4", "ours4"] and engine == "engine"
