@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
@@ -27,6 +27,7 @@ class EngineSession:
 
     process: subprocess.Popen
     raw: Path
+    launched: float = field(default_factory=time.time)
 
     @classmethod
     def start(cls, argv: list[str], raw: Path, log: Path) -> EngineSession:
@@ -35,13 +36,12 @@ class EngineSession:
         return cls(process, raw)
 
     def wait_ready(self, timeout: float = 900) -> float:
-        """Seconds until the engine is up (the load generator says so with a file)."""
-        start = time.time()
+        """Seconds from the launch until the engine is up (the load generator says so with a file)."""
         while not self.raw.with_name(f"{self.raw.name}.ready").exists():
-            if self.process.poll() is not None or time.time() - start > timeout:
+            if self.process.poll() is not None or time.time() - self.launched > timeout:
                 raise RuntimeError("the in-process engine did not start")
             time.sleep(0.5)
-        return time.time() - start
+        return time.time() - self.launched
 
     def round(self, tag: str, timeout: float = 1800) -> list[dict]:
         """Every level once; [] when the engine has exited or timed out."""

@@ -199,3 +199,10 @@ def test_the_engine_starts_alongside_the_servers_after_the_first(tmp_path: Path,
     assert events == ["launch vllm1", "ready vllm1", "launch vllm4", "launch ours4", "launch engine",
                       "ready vllm4", "ready ours4", "ready engine"]
     assert list(servers) == ["vllm1", "vllm4", "ours4"] and engine == "engine"
+
+
+def test_the_engine_start_time_counts_from_its_launch(tmp_path: Path) -> None:
+    engine = fake_engine(tmp_path)
+    engine.launched -= 5.0  # launched 5 s ago, waited for only now (after the servers)
+    assert engine.wait_ready(timeout=30) >= 5.0
+    engine.stop()
