@@ -56,12 +56,12 @@ def machine_busy(before: tuple[float, float], after: tuple[float, float]) -> flo
     return round(os.cpu_count() * busy / total, 2) if total else float("nan")
 
 
-def record_profiles(server: int, out: Path) -> list[subprocess.Popen]:
+def record_profiles(server: int, out: Path, settle: float = 0.5) -> list[subprocess.Popen]:
     """py-spy records (collapsed stacks, by thread) of the server's two busiest processes,
     chosen over the level's first second; idle samples are left out. (Without setproctitle
     every process is `python3`: the threads name them, the engine core's own are
-    `process_input_sockets` and `process_output_sockets`.)"""
-    time.sleep(0.5)
+    `process_input_sockets` and `process_output_sockets`.) `settle`: seconds to wait first."""
+    time.sleep(settle)
     first = cpu_seconds(process_tree(server))
     time.sleep(0.5)
     second = cpu_seconds(process_tree(server))

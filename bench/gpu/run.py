@@ -15,7 +15,8 @@ vllm1, vllmN and oursN with N our default process count on this host. Writes res
 its own port, each with an equal share of GPU memory, and measures them in turn for
 --rounds rounds (the order rotated each round, the engine's load generator kept between
 rounds): the ratios are then paired in time, not taken minutes apart. --profile then adds a level at the highest C for each server
-with py-spy records of its two busiest processes (profiles/ under --out)."""
+and one more engine round (every level: give it only the highest) with py-spy records of
+their two busiest processes (profiles/ under --out)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -253,6 +255,8 @@ class Run:
                     elif target in servers:
                         self.measure(shape, servers[target], {"round": number})
             if profile:
+                if engine is not None:
+                    self.profile_engine(shape, engine)
                 for target, server in servers.items():
                     self.measure(shape, server, {"round": "profile"}, self.out / "profiles" / f"{shape}-{target}")
         finally:
@@ -323,6 +327,15 @@ class Run:
                 self.engine_round(shape, engine, "r0", {})
             finally:
                 engine.stop()
+
+    def profile_engine(self, shape: str, engine: EngineSession) -> None:
+        """One more engine round (every level) with py-spy records of its two busiest
+        processes (the core and the load generator), chosen once the first level runs."""
+        out = self.out / "profiles" / f"{shape}-engine"
+        recorder = threading.Thread(target=lambda: [p.wait() for p in record_profiles(engine.process.pid, out, 3.0)])
+        recorder.start()
+        self.engine_round(shape, engine, "profile", {"round": "profile"})
+        recorder.join()
 
     def engine_round(self, shape: str, engine: EngineSession, tag: str, extra: dict) -> None:
         for level in engine.round(tag):

@@ -206,3 +206,18 @@ def test_the_engine_start_time_counts_from_its_launch(tmp_path: Path) -> None:
     engine.launched -= 5.0  # launched 5 s ago, waited for only now (after the servers)
     assert engine.wait_ready(timeout=30) >= 5.0
     engine.stop()
+
+
+def test_a_profiled_run_records_the_engine_during_one_more_round(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import run
+
+    recorded: list[tuple[int, Path]] = []
+    monkeypatch.setattr(run, "record_profiles", lambda pid, out, settle: recorded.append((pid, out)) or [])
+    engine = fake_engine(tmp_path)
+    engine.wait_ready(timeout=30)
+    bench = run.Run(tmp_path, tmp_path, tmp_path, [(256, 1, 8)], 4)
+    bench.profile_engine("tiny", engine)
+    engine.stop()
+    assert recorded == [(engine.process.pid, tmp_path / "profiles" / "tiny-engine")]
+    rows = [json.loads(line) for line in bench.results.read_text().splitlines()]
+    assert rows == [{"shape": "tiny", "target": "engine", "round": "profile", "c": 1, "tok_s": 10.0, "tag": "profile"}]
