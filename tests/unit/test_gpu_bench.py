@@ -221,3 +221,17 @@ def test_a_profiled_run_records_the_engine_during_one_more_round(tmp_path: Path,
     assert recorded == [(engine.process.pid, tmp_path / "profiles" / "tiny-engine")]
     rows = [json.loads(line) for line in bench.results.read_text().splitlines()]
     assert rows == [{"shape": "tiny", "target": "engine", "round": "profile", "c": 1, "tok_s": 10.0, "tag": "profile"}]
+
+
+def test_the_runs_of_both_shapes_in_one_session_render_as_the_readme_tables() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    expected = {
+        "both-1": ("| 1b | 256 | 30,183 | 25,411 | 13,990 | 26,699 | 1.82 | 0.95 | 0.84 |", "Checks: 21 of 26 met"),
+        "both-2": ("| tiny | 256 | 25,122 | 24,048 | 11,243 | 20,260 | 2.14 | 1.19 | 0.96 |", "Checks: 19 of 26 met"),
+        "profile": ("| 1b | 256 | 31,763 | 28,979 | – | 28,854 | – | 1.00 | 0.91 |", "Checks: 2 of 2 met"),
+    }
+    for name, (row, verdict) in expected.items():
+        table = render(load(PROJECT_ROOT / "bench" / "gpu" / f"h100-2026-11-24-{name}.jsonl"))
+        assert row in table and verdict in table
+    assert expected["both-1"][0] in readme and expected["both-2"][0] in readme
+    assert "run A **21 of 26**, run B **19 of 26**" in readme
