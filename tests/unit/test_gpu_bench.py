@@ -235,3 +235,10 @@ def test_the_runs_of_both_shapes_in_one_session_render_as_the_readme_tables() ->
         assert row in table and verdict in table
     assert expected["both-1"][0] in readme and expected["both-2"][0] in readme
     assert "run A **21 of 26**, run B **19 of 26**" in readme
+
+
+def test_the_paired_c1_run_renders_as_the_readme_says() -> None:
+    table = render(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-c1.jsonl"))
+    assert "| tiny | 1 | 396 | 409 | 411 | – | 0.99 | – | 1.03 | 6.8 / 7.2 / – |" in table
+    assert "| tiny | 1 | ours4 | 409 (380–444) |" in table and "| tiny | 1 | vllm1 | 411 (361–467) |" in table
+    assert "ours 409 tok/s (rounds 380–444), `vllm serve` 411 (361–467)" in (PROJECT_ROOT / "README.md").read_text()
