@@ -95,11 +95,18 @@ class RayGroup:
         self._connected = False
         self._offered = 0.0
         self._whole = asyncio.Event()
+        self._lost_a_node = False
         self._poll: asyncio.Task[None] | None = None
 
     @property
     def is_whole(self) -> bool:
         return self._whole.is_set()
+
+    @property
+    def intact(self) -> bool:
+        """Whole, and whole ever since the engine started: a node lost since then took some of
+        the engine's workers with it, and a node joining back does not bring them back."""
+        return self.is_whole and not self._lost_a_node
 
     @property
     def description(self) -> str:
@@ -108,6 +115,7 @@ class RayGroup:
     async def start(self) -> None:
         """Join the cluster, start watching it, and wait until the group is whole."""
         os.environ[RAY_ADDRESS_ENV] = self.address
+        self._lost_a_node = False
         if not self._connected:
             await asyncio.to_thread(self._connect, self.address)
             keep_own_sigterm_handler()
@@ -128,9 +136,11 @@ class RayGroup:
                 continue
 
     def check(self) -> None:
-        """Raise `EngineUnhealthyError` while the group is not whole."""
+        """Raise `EngineUnhealthyError` while the group is not whole, or once it lost a node."""
         if not self.is_whole:
             raise EngineUnhealthyError(f"Model is unavailable: {self.description}")
+        if self._lost_a_node:
+            raise EngineUnhealthyError("Model is unavailable: the Ray group lost a node since the engine started")
 
     async def stop(self) -> None:
         """Stop watching; the last group to stop disconnects this process from Ray."""
@@ -159,6 +169,7 @@ class RayGroup:
         else:
             self._whole.clear()
             if was_whole:
+                self._lost_a_node = True
                 logger.warning("the Ray group lost a node, the model is unready: %s", self.description)
 
     async def _watch(self) -> None:
@@ -171,6 +182,7 @@ class LocalGroup:
     """An engine whose workers all run on this node: always whole, nothing to watch."""
 
     is_whole = True
+    intact = True
 
     async def start(self) -> None:
         pass

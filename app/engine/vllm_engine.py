@@ -167,7 +167,7 @@ class VllmEngine:
 
     @property
     def is_healthy(self) -> bool:
-        return self._llm is not None and not self._llm.errored and self._group.is_whole
+        return self._llm is not None and not self._llm.errored and self._group.intact
 
     async def ping(self, timeout: float) -> None:
         """A round trip to the engine core (it answers between two steps)."""

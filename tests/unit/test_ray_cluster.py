@@ -136,7 +136,7 @@ async def test_the_last_group_of_the_process_disconnects() -> None:
     assert cluster.disconnects == 1
 
 
-async def test_an_engine_on_ray_is_healthy_only_while_its_group_is_whole() -> None:
+async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole() -> None:
     from app.engine.vllm_engine import VllmEngine
 
     engine_args = {"model": LOCAL_MODEL, "distributed_executor_backend": "ray", "pipeline_parallel_size": 2}
@@ -156,6 +156,14 @@ async def test_an_engine_on_ray_is_healthy_only_while_its_group_is_whole() -> No
     assert await eventually(lambda: not engine.is_healthy)
     with pytest.raises(EngineUnhealthyError, match="offers 1 of the 2 GPU"):
         await engine.check_health()
+    cluster.gpus = 2  # the node joins back, but the engine's workers on it are gone
+    assert await eventually(lambda: engine._group.is_whole)
+    assert not engine.is_healthy
+    with pytest.raises(EngineUnhealthyError, match="lost a node since the engine started"):
+        await engine.check_health()
+    await engine._group.stop()
+    await engine._group.start()  # as a restarted engine starts its group again
+    assert engine.is_healthy
     await engine._group.stop()
 
 
