@@ -104,9 +104,14 @@ class RayGroup:
 
     @property
     def intact(self) -> bool:
-        """Whole, and whole ever since the engine started: a node lost since then took some of
-        the engine's workers with it, and a node joining back does not bring them back."""
+        """Whole, and whole ever since the engine was built: a node lost since then took some
+        of the engine's workers with it, and a node joining back does not bring them back."""
         return self.is_whole and not self._lost_a_node
+
+    def engine_built(self) -> None:
+        """The engine now runs on the nodes there are: only later losses count against it (one
+        lost while it was being built shows in the engine itself, or in its health probe)."""
+        self._lost_a_node = False
 
     @property
     def description(self) -> str:
@@ -140,7 +145,7 @@ class RayGroup:
         if not self.is_whole:
             raise EngineUnhealthyError(f"Model is unavailable: {self.description}")
         if self._lost_a_node:
-            raise EngineUnhealthyError("Model is unavailable: the Ray group lost a node since the engine started")
+            raise EngineUnhealthyError("Model is unavailable: the Ray group lost a node since the engine was built")
 
     async def stop(self) -> None:
         """Stop watching; the last group to stop disconnects this process from Ray."""
@@ -183,6 +188,9 @@ class LocalGroup:
 
     is_whole = True
     intact = True
+
+    def engine_built(self) -> None:
+        pass
 
     async def start(self) -> None:
         pass

@@ -96,6 +96,7 @@ class VllmEngine:
             self._slot = await self._cores.acquire(self._spec)
         self._creating = asyncio.ensure_future(asyncio.to_thread(self._create))
         self._llm = await asyncio.shield(self._creating)
+        self._group.engine_built()
         self._processes = engine_processes(self._llm)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
