@@ -120,7 +120,6 @@ class RayGroup:
     async def start(self) -> None:
         """Join the cluster, start watching it, and wait until the group is whole."""
         os.environ[RAY_ADDRESS_ENV] = self.address
-        self._lost_a_node = False
         if not self._connected:
             await asyncio.to_thread(self._connect, self.address)
             keep_own_sigterm_handler()
