@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import math
 import os
 import signal
 import subprocess
@@ -38,25 +37,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu.engine import LOADGEN, EngineSession, engine_argv
-from bench.gpu.loadgen import slow_itl_at
-from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree, record_profiles
+from bench.gpu.engine import EngineSession, engine_argv
+from bench.gpu.levels import run_interleaved, run_level
+from bench.gpu.probes import record_profiles
 from bench.gpu.table import load, render
 
 TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
-START_DELAY = 3.0
-"""Seconds from spawning a level's load-generator processes to their common start (they
-start and warm up meanwhile)."""
-
-
-def percentile(values: list[float], p: float) -> float:
-    values = sorted(v for v in values if not math.isnan(v))
-    return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
-
-
 def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float = 600) -> float:
     """Seconds from `start` (the launch) until the server answers ready."""
     while time.time() - start < timeout:
@@ -140,47 +129,6 @@ def vllm_cli() -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
-def run_level(server: Server, shape: str, c: int, requests: int, clients: int, raw_dir: Path, tokens: int,
-              profile: Path | None = None) -> dict:
-    start_at = time.time() + START_DELAY
-    procs, raws = [], []
-    for index in range(clients):
-        raw = raw_dir / f"{shape}-{server.target}-c{c}-{index}.json"
-        raws.append(raw)
-        argv = [sys.executable, str(LOADGEN), "--target", server.kind, "--url", server.url, "--model", shape,
-                "--levels", f"{c // clients}:{requests}", "--tokens", str(tokens), "--start-at", str(start_at),
-                "--wid-base", str(index * 10000), "--raw", str(raw)]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
-    time.sleep(max(0.0, start_at - time.time()))
-    before = cpu_seconds(process_tree(server.process.pid))
-    machine_before = machine_cpu()
-    profilers = record_profiles(server.process.pid, profile) if profile is not None else []
-    outputs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-    after = cpu_seconds(process_tree(server.process.pid))
-    busy = machine_busy(machine_before, machine_cpu())
-    for profiler in profilers:
-        profiler.wait()
-    samples = [json.loads(r.read_text()) for r in raws]
-    wall = max(s["t_end"] for s in samples) - min(s["t_start"] for s in samples)
-    used = {k: round(after[k] - before.get(k, 0.0), 2) for k in after if after[k] - before.get(k, 0.0) > 0.05}
-    return {**merged(c, samples, wall, outputs, used, tokens), "machine_busy_cpus": busy}
-
-
-def merged(c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict, tokens: int) -> dict:
-    ttft = [x for s in samples for x in s["ttft"]]
-    itl = [x for s in samples for x in s["itl"]]
-    positions = [x for s in samples for x in s.get("itl_pos", [])]
-    done = sum(s["done"] for s in samples)
-    return {
-        "c": c, "requests": done, "errors": sum(s["errors"] for s in samples), "tok_s": round(done * tokens / wall, 1),
-        "ttft_p50_ms": round(1000 * percentile(ttft, 50), 1), "ttft_p99_ms": round(1000 * percentile(ttft, 99), 1),
-        "itl_p50_ms": round(1000 * percentile(itl, 50), 2), "itl_p99_ms": round(1000 * percentile(itl, 99), 2),
-        "slow_itl_at": slow_itl_at(itl, positions) if len(positions) == len(itl) else {},
-        "client_cpu_util": [o.get("client_cpu_util") for o in outputs], "server_cpu_s": server_cpu,
-        "server_cpu_us_per_token": round(1e6 * sum(server_cpu.values()) / max(done * tokens, 1), 1),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", type=Path, required=True)
@@ -193,6 +141,8 @@ def main() -> None:
     parser.add_argument("--together", action="store_true", help="every server of a shape up at once, measured in turn")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over the targets (with --together)")
     parser.add_argument("--profile", action="store_true", help="py-spy records at the highest C (with --together)")
+    parser.add_argument("--interleave-c1", action="store_true",
+                        help="with --together: C = 1 as one load generator sending each request to every server in turn")
     args = parser.parse_args()
     count = args.processes or default_processes()
     targets = (args.targets or f"engine,vllm1,vllm{count},ours{count}").split(",")
@@ -203,7 +153,7 @@ def main() -> None:
     run.raw_dir.mkdir(exist_ok=True)
     for shape in args.shapes.split(","):
         if args.together:
-            run.together(shape, targets, args.rounds, args.profile)
+            run.together(shape, targets, args.rounds, args.profile, args.interleave_c1)
         else:
             run.one_by_one(shape, targets)
     table = render(load(run.results))
@@ -240,20 +190,24 @@ class Run:
             finally:
                 stop(server.process)
 
-    def together(self, shape: str, targets: list[str], rounds: int, profile: bool) -> None:
+    def together(self, shape: str, targets: list[str], rounds: int, profile: bool, interleave: bool = False) -> None:
         """Every server and the in-process engine up at once (each an equal share of GPU
-        memory), then `rounds` rounds over the targets, the order rotated each round."""
+        memory), then `rounds` rounds over the targets, the order rotated each round; with
+        `interleave`, the servers' C = 1 level runs first in each round, interleaved."""
         names = [t for t in targets if t != "engine"]
         share = round(0.85 / (len(targets)), 2)
         args = {**ENGINE_ARGS, "gpu_memory_utilization": share}
         servers, engine = self.start_all(shape, names, args, with_engine="engine" in targets)
+        interleaved = interleave and len(servers) > 1 and any(c == 1 for c, _, _ in self.levels)
         try:
             for number in range(rounds):
+                if interleaved:
+                    self.measure_interleaved(shape, servers, number)
                 for target in rotated(targets, number):
                     if target == "engine" and engine is not None:
                         self.engine_round(shape, engine, f"r{number}", {"round": number})
                     elif target in servers:
-                        self.measure(shape, servers[target], {"round": number})
+                        self.measure(shape, servers[target], {"round": number}, skip_c1=interleaved)
             if profile:
                 if engine is not None:
                     self.profile_engine(shape, engine)
@@ -310,14 +264,22 @@ class Run:
                 stop(server.process)
         return started
 
-    def measure(self, shape: str, server: Server, extra: dict, profile: Path | None = None) -> None:
+    def measure(self, shape: str, server: Server, extra: dict, profile: Path | None = None, skip_c1: bool = False) -> None:
         record = {"shape": shape, "target": server.target, **extra}
         for c, requests, clients in self.levels:
-            if profile is not None and c != max(level[0] for level in self.levels):
+            if profile is not None and c != max(level[0] for level in self.levels) or skip_c1 and c == 1:
                 continue
             requests = requests * 2 if profile is not None else requests  # the record outlasts the level's start
             level = run_level(server, shape, c, requests, clients, self.raw_dir, self.tokens, profile)
             write(self.results, {**record, **level})
+
+    def measure_interleaved(self, shape: str, servers: dict[str, Server], number: int) -> None:
+        """Round `number`'s C = 1 level of every server, one load generator taking them in turn."""
+        requests = next(r for c, r, _ in self.levels if c == 1)
+        order = rotated(list(servers), number)
+        levels = run_interleaved([servers[t] for t in order], shape, requests, self.raw_dir, self.tokens)
+        for target in order:
+            write(self.results, {"shape": shape, "target": target, "round": number, **levels[target]})
 
     def engine_once(self, shape: str) -> None:
         """The in-process engine started, measured at every level and stopped."""

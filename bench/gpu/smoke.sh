@@ -7,8 +7,8 @@ python3 - <<'PY'
 import json, os, subprocess, sys, time, urllib.request
 sys.path.insert(0, "bench/gpu")
 from pathlib import Path
-from run import repository
-repo = repository(Path("/tmp/models"), "tiny")
+from run import ENGINE_ARGS, repository
+repo = repository(Path("/tmp/models"), "tiny", "smoke", ENGINE_ARGS)
 env = dict(os.environ, FRONTEND_PROCESSES="2")
 log = open(os.environ.get("OUT", "/tmp") + "/smoke.log", "w")
 p = subprocess.Popen([sys.executable, "-m", "app", "--model-repository", str(repo), "--port", "8000"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.paths import PROJECT_ROOT
@@ -167,7 +169,7 @@ def test_the_runs_with_the_engine_in_every_round_render_as_the_readme_table() ->
 
 
 def test_the_slowest_token_gaps_are_told_by_their_place_in_the_request() -> None:
-    from bench.gpu import run
+    from bench.gpu import levels as run
 
     first_gap_slow = {"t_start": 0.0, "t_end": 1.0, "ttft": [0.01] * 4, "done": 4, "errors": 0,
                       "itl": [0.009, 0.002, 0.002, 0.002] * 25 * 4, "itl_pos": [0, 1, 2, 70] * 25 * 4}
@@ -242,3 +244,103 @@ def test_the_paired_c1_run_renders_as_the_readme_says() -> None:
     assert "| tiny | 1 | 396 | 409 | 411 | – | 0.99 | – | 1.03 | 6.8 / 7.2 / – |" in table
     assert "| tiny | 1 | ours4 | 409 (380–444) |" in table and "| tiny | 1 | vllm1 | 411 (361–467) |" in table
     assert "ours 409 tok/s (rounds 380–444), `vllm serve` 411 (361–467)" in (PROJECT_ROOT / "README.md").read_text()
+
+
+def sse_stream(request: httpx.Request) -> httpx.Response:
+    """A server of either kind streaming three tokens: Triton's generate_stream or OpenAI's."""
+    if request.url.path.endswith("/generate_stream"):
+        events = [{"text_output": word} for word in ("a", "b", "c")]
+        return httpx.Response(200, content="".join(f"data: {json.dumps(e)}\n\n" for e in events).encode())
+    events = [json.dumps({"choices": [{"text": word}]}) for word in ("a", "b", "c")] + ["[DONE]"]
+    return httpx.Response(200, content="".join(f"data: {e}\n\n" for e in events).encode())
+
+
+async def test_the_interleaved_c1_level_takes_every_server_in_turn(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT / "bench" / "gpu"))
+    from bench.gpu import loadgen
+
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.url.port}{request.url.path}")
+        return sse_stream(request)
+
+    targets = [{"name": "ours4", "kind": "triton", "url": "http://127.0.0.1:8020"},
+               {"name": "vllm1", "kind": "openai", "url": "http://127.0.0.1:8000"}]
+    args = argparse.Namespace(raw=str(tmp_path / "tiny-interleaved-c1"), tokens=3, model="tiny", prompt="p",
+                              triton_params="{}", start_at=0.0, wid_base=0, target=None)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        results = await loadgen.run_interleaved(client, targets, 3, args)
+    ours, vllm = "8020/v2/models/tiny/generate_stream", "8000/v1/completions"
+    assert seen == [ours, vllm] + [ours, vllm, vllm, ours, ours, vllm]  # warm-up, then each first in turn
+    assert {name: (r["requests"], r["errors"], r["empty_events"]) for name, r in results.items()} == {
+        "ours4": (3, 0, 0), "vllm1": (3, 0, 0)}
+    raw = json.loads((tmp_path / "tiny-interleaved-c1.vllm1.json").read_text())
+    assert raw["done"] == 3 and len(raw["itl"]) == 6 and raw["busy_s"] == pytest.approx(results["vllm1"]["wall_s"], abs=1e-3)
+
+
+def test_an_interleaved_run_measures_c1_first_in_each_round_and_the_rest_per_server(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import run
+
+    calls: list[tuple] = []
+    servers = {name: run.Server(name, None, 0, name, "triton") for name in ("vllm1", "ours4")}  # type: ignore[arg-type]
+    monkeypatch.setattr(run.Run, "start_all", lambda self, shape, names, args, with_engine: (servers, None))
+    monkeypatch.setattr(run, "stop", lambda process: None)
+    monkeypatch.setattr(run, "run_interleaved", lambda group, shape, requests, raw_dir, tokens: calls.append(
+        ("interleaved", [s.target for s in group], requests)) or {s.target: {"c": 1, "tok_s": 1.0} for s in group})
+    monkeypatch.setattr(run, "run_level", lambda server, shape, c, requests, *rest: calls.append(
+        (server.target, c, requests)) or {"c": c, "tok_s": 1.0})
+    bench = run.Run(tmp_path, tmp_path, tmp_path, [(1, 24, 1), (256, 8, 8)], 4)
+    bench.together("tiny", ["vllm1", "ours4"], rounds=2, profile=False, interleave=True)
+    assert calls == [("interleaved", ["vllm1", "ours4"], 24), ("vllm1", 256, 8), ("ours4", 256, 8),
+                     ("interleaved", ["ours4", "vllm1"], 24), ("ours4", 256, 8), ("vllm1", 256, 8)]
+    rows = [json.loads(line) for line in bench.results.read_text().splitlines()]
+    assert [(r["target"], r["round"], r["c"]) for r in rows][:3] == [("vllm1", 0, 1), ("ours4", 0, 1), ("vllm1", 0, 256)]
+
+
+FAKE_SSE_SERVER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for word in ("a", "b", "c"):
+            event = {"text_output": word} if "generate_stream" in self.path else {"choices": [{"text": word}]}
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\\n\\n")
+            self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_an_interleaved_level_gives_each_server_its_own_figures(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import levels
+    from bench.gpu.run import Server
+
+    monkeypatch.setattr(levels, "START_DELAY", 1.0)
+    script = tmp_path / "fake_sse_server.py"
+    script.write_text(FAKE_SSE_SERVER)
+    servers = []
+    for name, kind in (("vllm1", "openai"), ("ours4", "triton")):
+        process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        servers.append(Server(name, process, int(process.stdout.readline()), "", kind))  # type: ignore[union-attr]
+    try:
+        found = levels.run_interleaved(servers, "tiny", 4, tmp_path, 3)
+    finally:
+        for server in servers:
+            server.process.kill()
+            server.process.wait()
+    assert set(found) == {"vllm1", "ours4"}
+    for level in found.values():
+        assert (level["c"], level["requests"], level["errors"], level["interleaved"]) == (1, 4, 0, True)
+        assert level["tok_s"] > 0 and level["ttft_p50_ms"] >= 0 and "machine_busy_cpus" in level
