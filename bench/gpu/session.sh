@@ -7,6 +7,7 @@
 #   call 2, carry .gpu-carry/b:  bash bench/gpu/session.sh start SECONDS [run.py options]
 #   then until it says "done":   bash bench/gpu/session.sh poll SECONDS
 #   (poll exits 3 at once on a machine without a run: the warm one was given back)
+#   Make each call at once after the last returns: the machine goes back 30 s after a command ends.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 RUN=/tmp/gpu-out

@@ -114,6 +114,10 @@ def render(records: list[Record]) -> str:
     found_checks = checks(records)
     lines += ["", f"Checks: {sum(c.met for c in found_checks)} of {len(found_checks)} met"]
     lines += [f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks]
+    null = lone_request_checks(records, f"vllm{n}")
+    if null:
+        lines += ["", f"The same C = 1 checks of vllm serve with {n} API processes against vllm serve (the same code "
+                  f"for a lone request, so the noise between engine instances): {sum(c.met for c in null)} of {len(null)} met"]
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +156,22 @@ def checks(records: list[Record]) -> list[Check]:
             result.append(at_least(f"{at} tok/s ours / vllm serve with {n} API processes", ratio(o, vn), 1.0))
         if e and c >= 256:
             result.append(at_least(f"{at} tok/s ours / engine in-process", ratio(o, e), 0.9))
+    return result
+
+
+def lone_request_checks(records: list[Record], target: str) -> list[Check]:
+    """The C = 1 checks against `vllm serve` applied to another target (a null comparison
+    when that target is vLLM's own server with more API processes)."""
+    found = measured_by_target(records)
+    result: list[Check] = []
+    for shape in sorted({shape for shape, _, c in found if c == 1}):
+        other, vllm = found.get((shape, target, 1)), found.get((shape, "vllm1", 1))
+        if not other or not vllm or target == "vllm1":
+            continue
+        at = f"{shape} C=1 {target}"
+        result.append(at_least(f"{at} tok/s / vllm serve", ratio(other, vllm), 1.0))
+        result.append(at_most(f"{at} ITL p99 ms vs vllm serve", other["itl_p99_ms"], vllm["itl_p99_ms"]))
+        result.append(at_most(f"{at} TTFT p50 ms vs vllm serve", other["ttft_p50_ms"], vllm["ttft_p50_ms"]))
     return result
 
 

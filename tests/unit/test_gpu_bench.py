@@ -344,3 +344,38 @@ def test_an_interleaved_level_gives_each_server_its_own_figures(tmp_path: Path, 
     for level in found.values():
         assert (level["c"], level["requests"], level["errors"], level["interleaved"]) == (1, 4, 0, True)
         assert level["tok_s"] > 0 and level["ttft_p50_ms"] >= 0 and "machine_busy_cpus" in level
+
+
+def test_the_interleaved_run_renders_as_the_readme_table() -> None:
+    table = render(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-interleaved.jsonl"))
+    rows = ["| 1b | 256 | 28,548 | 25,745 | 13,142 | 22,815 | 1.96 | 1.13 | 0.90 |",
+            "| tiny | 1 | 416 | 428 | 450 | 441 | 0.95 | 0.97 | 1.03 |"]
+    assert all(row in table for row in rows) and "Checks: 20 of 26 met" in table
+    assert "against vllm serve (the same code for a lone request, so the noise between engine instances): 0 of 6 met" in table
+    found = {check.what: check for check in checks(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-interleaved.jsonl"))}
+    assert all(check.met for what, check in found.items() if "C=1 " not in what)
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    assert all(row in readme for row in rows)
+
+
+def test_vllm_against_itself_meets_the_c1_checks_as_often_as_ours() -> None:
+    from bench.gpu.table import lone_request_checks
+
+    met = {"ours4": [0, 0], "vllm4": [0, 0]}
+    for path in sorted((PROJECT_ROOT / "bench" / "gpu").glob("h100-*.jsonl")):
+        for target, counts in met.items():
+            found = lone_request_checks(load(path), target)
+            counts[0] += sum(check.met for check in found)
+            counts[1] += len(found)
+    assert met == {"ours4": [25, 57], "vllm4": [27, 54]}
+    assert "**27 of 54** over every recorded run in `bench/gpu/` (ours: **25 of 57**)" in (PROJECT_ROOT / "README.md").read_text()
+
+
+def test_the_null_comparison_takes_vllm_serve_as_the_bound() -> None:
+    from bench.gpu.table import lone_request_checks
+
+    records = [record("vllm1", 1, 100, itl=4, ttft=16), record("vllm4", 1, 101, itl=5, ttft=15), record("ours4", 1, 99)]
+    found = {check.what: check.met for check in lone_request_checks(records, "vllm4")}
+    assert found == {"tiny C=1 vllm4 tok/s / vllm serve": True, "tiny C=1 vllm4 ITL p99 ms vs vllm serve": False,
+                     "tiny C=1 vllm4 TTFT p50 ms vs vllm serve": True}
+    assert lone_request_checks(records, "vllm1") == [] and "2 of 3 met" in render(records)
