@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.gpu.engine import EngineSession, engine_argv
 from bench.gpu.levels import run_interleaved, run_level
+from bench.gpu.loadgen import rotated
 from bench.gpu.probes import record_profiles
 from bench.gpu.table import load, render
 
@@ -302,13 +303,6 @@ class Run:
     def engine_round(self, shape: str, engine: EngineSession, tag: str, extra: dict) -> None:
         for level in engine.round(tag):
             write(self.results, {"shape": shape, "target": "engine", **extra, **level})
-
-
-def rotated(names: list[str], number: int) -> list[str]:
-    """Round `number`'s order: each target goes first in turn (no target always measured
-    right after the same one)."""
-    shift = number % len(names)
-    return names[shift:] + names[:shift]
 
 
 def stop(process: subprocess.Popen) -> None:
