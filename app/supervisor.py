@@ -180,7 +180,14 @@ class Supervisor:
             self._loads.pop(args["name"], None)
 
     async def _gather(self, op: str) -> list[Any]:
-        replies = await asyncio.gather(*(c.call(op) for c in list(self._channels.values())), return_exceptions=True)
+        """Every worker's answer to `op`, leaving out those that went away (a restarting
+        worker); a worker whose handler failed fails the whole call, so that an exposition
+        is never silently short of a process's series."""
+        channels = list(self._channels.values())
+        replies = await asyncio.gather(*(c.call(op) for c in channels), return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, ChannelClosed):
+                raise reply
         return [reply for reply in replies if not isinstance(reply, BaseException)]
 
     async def _share(self, origin: int, op: str, args: dict[str, Any]) -> None:

@@ -208,10 +208,11 @@ class VllmEngine:
 
     @property
     def num_unfinished_requests(self) -> int:
-        """0 once the engine is dead: whatever it held is gone."""
+        """0 once the engine is dead: whatever it held is gone. (Asked of the output processor,
+        as `AsyncLLM.get_num_unfinished_requests` does where it exists: vLLM 0.25 lacks it.)"""
         if self._llm is None or self._llm.errored:
             return 0
-        return self._llm.get_num_unfinished_requests()
+        return self._llm.output_processor.get_num_unfinished_requests()
 
     async def check_health(self) -> None:
         if self._llm is None:

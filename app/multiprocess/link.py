@@ -85,8 +85,11 @@ class WorkerLink:
             await self._call("release", key=key, epoch=epoch)
 
     async def metrics(self) -> bytes:
-        """Every worker's metrics, merged."""
-        texts = await self._call("gather", what="metrics")
+        """Every worker's metrics, merged; a `ServerError` when one could not give its own."""
+        try:
+            texts = await self._call("gather", what="metrics")
+        except RemoteError as exc:
+            raise ServerError(f"a frontend process failed to report its metrics: {exc.message}") from exc
         return merge_expositions(texts)
 
     async def share(self, op: str, name: str, **args: Any) -> None:

@@ -15,12 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import model_config_pb2
 
 from app.engine.client_slot import ClientSlot
+from app.errors import ServerError
 from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import EngineCores
-from app.multiprocess.link import decode_override, encode_override
+from app.multiprocess.link import WorkerLink, decode_override, encode_override
 from app.multiprocess.metrics import merge_expositions
 from app.repository.overrides import ModelOverride
 from app.settings import Settings
+from app.supervisor import Supervisor
 
 KEY = ("m", "1", "start")
 
@@ -157,6 +159,40 @@ async def test_the_channel_answers_calls_both_ways_and_fails_them_when_closed() 
     with pytest.raises(ChannelClosed):
         await asyncio.wait_for(pending, 5)
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Answering:
+    """A worker's channel as the supervisor sees it, answering a call with `reply` (raised
+    when it is an exception)."""
+
+    def __init__(self, reply: object) -> None:
+        self.reply = reply
+
+    async def call(self, op: str, **args: Any) -> object:
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+        return self.reply
+
+
+async def test_a_gather_leaves_out_a_worker_gone_but_fails_on_one_that_failed() -> None:
+    """A frontend whose metrics failed must fail the scrape, not vanish from it."""
+    supervisor = Supervisor.__new__(Supervisor)
+    supervisor._channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}  # type: ignore[dict-item]
+    assert await supervisor._gather("metrics") == ["a"]
+    supervisor._channels[2] = Answering(RemoteError("AttributeError", "no get_num_unfinished_requests"))  # type: ignore[assignment]
+    with pytest.raises(RemoteError, match="no get_num_unfinished_requests"):
+        await supervisor._gather("metrics")
+
+
+async def test_a_worker_answers_a_failed_gather_of_metrics_with_a_server_error() -> None:
+    link = WorkerLink(0, "unused")
+
+    async def failing(op: str, **args: Any) -> object:
+        raise RemoteError("AttributeError", "no get_num_unfinished_requests")
+
+    link._call = failing  # type: ignore[method-assign]
+    with pytest.raises(ServerError, match="a frontend process failed to report its metrics: no get_num_unfinished"):
+        await link.metrics()
 
 
 def test_a_load_override_crosses_to_the_other_processes_unchanged() -> None:

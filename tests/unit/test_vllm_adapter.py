@@ -1,8 +1,10 @@
-"""The vLLM adapter on its own: engine defaults, and requests the engine failed."""
+"""The vLLM adapter on its own: engine defaults, requests the engine failed, and the AsyncLLM
+of the vLLM releases it runs on."""
 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 from vllm import SamplingParams
@@ -33,6 +35,17 @@ def test_engine_limits_are_those_vllm_serve_chooses_unless_model_json_sets_them(
     )
     pinned = VllmEngine(default_spec(max_num_seqs=7, max_num_batched_tokens=4096)).engine_config().scheduler_config
     assert (pinned.max_num_seqs, pinned.max_num_batched_tokens) == (7, 4096)
+
+
+def test_unfinished_requests_are_counted_on_an_asyncllm_without_get_num_unfinished_requests() -> None:
+    """vLLM 0.25's AsyncLLM (the GPU runs' CUDA build) has no `get_num_unfinished_requests`:
+    asking it made every /metrics scrape fail there."""
+    engine = VllmEngine(default_spec())
+    processor = SimpleNamespace(get_num_unfinished_requests=lambda: 3)
+    engine._llm = SimpleNamespace(errored=False, output_processor=processor)  # type: ignore[assignment]
+    assert engine.num_unfinished_requests == 3
+    engine._llm = SimpleNamespace(errored=True, output_processor=processor)  # type: ignore[assignment]
+    assert engine.num_unfinished_requests == 0
 
 
 def finished(reason: str) -> GenerationChunk:
