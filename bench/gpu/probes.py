@@ -1,12 +1,16 @@
 """What the GPU run reads about the server while it measures: the CPU each process used, how
-busy the whole machine was, and py-spy records of its busiest processes."""
+busy the whole machine was, vLLM's own per-request timings from its /metrics, and py-spy
+records of its busiest processes."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 TICK = os.sysconf("SC_CLK_TCK")
 PROFILE_SECONDS = 3
@@ -74,3 +78,51 @@ def record_profiles(server: int, out: Path, settle: float = 0.5) -> list[subproc
                 "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"busiest-{rank}-{pid}.txt")]
         profilers.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
     return profilers
+
+
+LATENCIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "decode": "vllm:request_decode_time_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+}
+"""vLLM's per-request histograms that both servers export, fed by the same vLLM statistics:
+TTFT from the request's arrival in the frontend to its first token back there; queue,
+prefill and decode from the engine core's timestamps."""
+
+
+def vllm_latency_totals(url: str) -> dict[str, float]:
+    """The sum and count of each of `LATENCIES` on a server's /metrics (over every label set
+    and API process), and its generated tokens; {} where it exposes none of them."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
+    totals = {}
+    for key, name in LATENCIES.items():
+        if f"{name}_count" in samples:
+            totals[f"{key}_sum"], totals[f"{key}_count"] = samples[f"{name}_sum"], samples[f"{name}_count"]
+    if totals and "vllm:generation_tokens_total" in samples:
+        totals["tokens"] = samples["vllm:generation_tokens_total"]
+    return totals
+
+
+def server_latency_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Between two `vllm_latency_totals`: the mean ms a request of each latency, and the
+    engine's decode time per token gap (`decode_per_token`); {} without both readings."""
+    means: dict[str, float] = {}
+    for key in LATENCIES:
+        count = after.get(f"{key}_count", 0.0) - before.get(f"{key}_count", 0.0)
+        if count > 0:
+            means[key] = round(1000 * (after[f"{key}_sum"] - before.get(f"{key}_sum", 0.0)) / count, 3)
+    finished = after.get("decode_count", 0.0) - before.get("decode_count", 0.0)
+    gaps = after.get("tokens", 0.0) - before.get("tokens", 0.0) - finished
+    if "decode" in means and gaps > 0:
+        means["decode_per_token"] = round(means["decode"] * finished / gaps, 3)
+    return means

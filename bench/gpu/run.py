@@ -6,7 +6,9 @@ started on a common barrier (so the client is never the limit), their samples me
                              [--together --rounds 2 --profile]
 
 Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm serve` with N
-API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N); by default engine,
+API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N), `oursNm` (the same with
+the backend's `vllm:` metrics on, REPORT_CUSTOM_METRICS, as `vllm serve` always records
+its own); by default engine,
 vllm1, vllmN and oursN with N our default process count on this host. Writes results.jsonl
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
 `make bench` on a GPU host runs it on the default model.
@@ -24,6 +26,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +50,19 @@ TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
+OURS = re.compile(r"ours(\d+)(m?)")
+"""`oursN` or `oursNm`: N frontend processes, `m` with the `vllm:` metrics on."""
+TOGETHER_KV_CACHE_BYTES = 4 * 2**30
+"""The KV cache of each target started together (kv_cache_memory_bytes): its GPU memory share
+alone does not make their caches equal, as vLLM's memory profile counts what the engines
+starting beside it take meanwhile (on the H100, 14k to 590k tokens by launch order). 4 GiB
+holds C = 256 of these requests many times over on both shapes."""
+LAUNCH_GAP = 5.0
+"""Seconds between two launches of servers started together (and the engine): engines
+starting at one moment can race for one free port of torch.distributed (EADDRINUSE, once on
+the H100)."""
+
+
 def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float = 600) -> float:
     """Seconds from `start` (the launch) until the server answers ready."""
     while time.time() - start < timeout:
@@ -98,7 +114,9 @@ def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8
             argv += [f"--{key.replace('_', '-')}", str(value)]
         kind, ready = "openai", f"http://127.0.0.1:{port}/health"
     else:
-        env.update(FRONTEND_PROCESSES=target.removeprefix("ours"), GRPC_PORT="0", PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
+        processes, metrics = OURS.fullmatch(target).groups()
+        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT="0", REPORT_CUSTOM_METRICS=str(bool(metrics)).lower(),
+                   PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
         repo = repository(models, shape, target, engine_args)
         argv = [sys.executable, "-m", "app", "--model-repository", str(repo), "--port", str(port)]
         kind, ready = "triton", f"http://127.0.0.1:{port}/v2/health/ready"
@@ -193,11 +211,12 @@ class Run:
 
     def together(self, shape: str, targets: list[str], rounds: int, profile: bool, interleave: bool = False) -> None:
         """Every server and the in-process engine up at once (each an equal share of GPU
-        memory), then `rounds` rounds over the targets, the order rotated each round; with
-        `interleave`, the servers' C = 1 level runs first in each round, interleaved."""
+        memory and the same KV cache), then `rounds` rounds over the targets, the order
+        rotated each round; with `interleave`, the servers' C = 1 level runs first in each
+        round, interleaved."""
         names = [t for t in targets if t != "engine"]
         share = round(0.85 / (len(targets)), 2)
-        args = {**ENGINE_ARGS, "gpu_memory_utilization": share}
+        args = {**ENGINE_ARGS, "gpu_memory_utilization": share, "kv_cache_memory_bytes": TOGETHER_KV_CACHE_BYTES}
         servers, engine = self.start_all(shape, names, args, with_engine="engine" in targets)
         interleaved = interleave and len(servers) > 1 and any(c == 1 for c, _, _ in self.levels)
         try:
@@ -243,14 +262,22 @@ class Run:
         `with_engine`) the in-process engine at once."""
         started = self.wait_servers(shape, self.launch_servers(shape, names, names[:1], engine_args))
         pending = self.launch_servers(shape, names, names[1:], engine_args)
+        if with_engine and pending:
+            time.sleep(LAUNCH_GAP)
         engine = self.launch_engine(shape, engine_args) if with_engine else None
         started.update(self.wait_servers(shape, pending))
         return started, self.wait_engine(shape, engine) if engine is not None else None
 
     def launch_servers(self, shape: str, names: list[str], batch: list[str], engine_args: dict) -> dict[str, Server]:
-        """`batch` of the servers `names`, each on its own port, launched (not waited for)."""
-        return {target: start_server(target, self.models, shape, self.out / f"{shape}-{target}.log",
-                                     8000 + 10 * names.index(target), engine_args) for target in batch}
+        """`batch` of the servers `names`, each on its own port, launched `LAUNCH_GAP` apart
+        (not waited for)."""
+        launched: dict[str, Server] = {}
+        for target in batch:
+            if launched:
+                time.sleep(LAUNCH_GAP)
+            launched[target] = start_server(target, self.models, shape, self.out / f"{shape}-{target}.log",
+                                            8000 + 10 * names.index(target), engine_args)
+        return launched
 
     def wait_servers(self, shape: str, pending: dict[str, Server]) -> dict[str, Server]:
         """The launched servers that came up (their start times written); the others stopped."""

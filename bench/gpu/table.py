@@ -67,12 +67,13 @@ def measured_by_target(records: list[Record]) -> dict[tuple[str, str, int], Reco
     return {key: combined(rounds) for key, rounds in measured.items()}
 
 
-def cells(records: list[Record], n: int) -> list[Cell]:
+def cells(records: list[Record], n: int, ours: str | None = None) -> list[Cell]:
     """Every shape and C that ran, in order; failed targets (no "c") and profiled levels are
-    left out; a target measured in several rounds is their mean."""
+    left out; a target measured in several rounds is their mean. `ours`: the target taken as
+    ours (default `oursN`)."""
     found = measured_by_target(records)
     return [
-        Cell(shape, c, *(found.get((shape, t, c)) for t in ("engine", f"ours{n}", "vllm1", f"vllm{n}")))
+        Cell(shape, c, *(found.get((shape, t, c)) for t in ("engine", ours or f"ours{n}", "vllm1", f"vllm{n}")))
         for shape, c in sorted({(shape, c) for shape, _, c in found})
     ]
 
@@ -118,7 +119,69 @@ def render(records: list[Record]) -> str:
     if null:
         lines += ["", f"The same C = 1 checks of vllm serve with {n} API processes against vllm serve (the same code "
                   f"for a lone request, so the noise between engine instances): {sum(c.met for c in null)} of {len(null)} met"]
+    lines += metrics_on(records, n)
+    profile = lone_request_profile(records)
+    if profile:
+        lines += ["", *profile]
     return "\n".join(lines) + "\n"
+
+
+def metrics_on(records: list[Record], n: int) -> list[str]:
+    """Ours with the backend's `vllm:` metrics on (`oursNm`; `vllm serve` always records its
+    own): the same checks, and its tok/s against ours without them."""
+    target = f"ours{n}m"
+    found = measured_by_target(records)
+    if not any(t == target for _, t, _ in found):
+        return []
+    found_checks = checks(records, target)
+    met = sum(c.met for c in found_checks)
+    lines = ["", f"With the vllm: metrics on ({target}): checks {met} of {len(found_checks)} met"]
+    lines += [f"- NOT met: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks if not c.met]
+    for shape, c in sorted({(shape, c) for shape, t, c in found if t == target}):
+        on, off = found[(shape, target, c)], found.get((shape, f"ours{n}", c))
+        lines.append(f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n} without them")
+    return lines
+
+
+PROFILED = ("ttft", "queue", "prefill", "decode_per_token", "e2e")
+CLIENT = ("tok_s", "ttft_mean_ms", "itl_mean_ms", "e2e_mean_ms")
+
+
+def lone_request_profile(records: list[Record]) -> list[str]:
+    """Where a lone request's time goes (the interleaved C = 1 levels; ms, means over requests
+    and rounds): the client's TTFT against vLLM's own (arrival in the server's frontend to the
+    first token there), the engine core's queue and prefill, its decode step per token against
+    the client's token gap, and the end-to-end time both ways."""
+    rounds: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        if r.get("c") == 1 and r.get("interleaved") and not r.get("failed"):
+            rounds.setdefault((r["shape"], r["target"]), []).append(r)
+    if not any(r.get("server_ms") for rs in rounds.values() for r in rs):
+        return []
+    lines = [
+        ("Where a lone request's time goes (interleaved C = 1, ms, means; vLLM's own timings from each "
+         "server's /metrics, – where it exports none):"),
+        "",
+        ("| model | target | tok/s | TTFT client / vLLM | client − vLLM TTFT | queue | prefill "
+         "| decode step | token gap at the client | e2e client / vLLM |"),
+        "|" + "---|" * 10,
+    ]
+    for (shape, target), rs in sorted(rounds.items()):
+        client = {f: mean_of([r.get(f) for r in rs]) for f in CLIENT}
+        server = {f: mean_of([r.get("server_ms", {}).get(f) for r in rs]) for f in PROFILED}
+        share = client["ttft_mean_ms"] - server["ttft"] if None not in (client["ttft_mean_ms"], server["ttft"]) else None
+        lines.append(
+            f"| {shape} | {target} | {fmt(client['tok_s'])} | {fmt(client['ttft_mean_ms'], 2)} / {fmt(server['ttft'], 2)} "
+            f"| {fmt(share, 2)} | {fmt(server['queue'], 2)} | {fmt(server['prefill'], 2)} "
+            f"| {fmt(server['decode_per_token'], 3)} | {fmt(client['itl_mean_ms'], 3)} "
+            f"| {fmt(client['e2e_mean_ms'], 1)} / {fmt(server['e2e'], 1)} |"
+        )
+    return lines
+
+
+def mean_of(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
 
 
 def every_target(records: list[Record]) -> list[str]:
@@ -138,11 +201,12 @@ def every_target(records: list[Record]) -> list[str]:
     return lines
 
 
-def checks(records: list[Record]) -> list[Check]:
-    """The acceptance of the multi-process serving layer, for every shape and C that ran."""
+def checks(records: list[Record], ours: str | None = None) -> list[Check]:
+    """The acceptance of the multi-process serving layer, for every shape and C that ran
+    (`ours`: the target taken as ours, default `oursN`)."""
     n = processes(records)
     result: list[Check] = []
-    for cell in cells(records, n):
+    for cell in cells(records, n, ours):
         o, v, vn, e, c = cell.ours, cell.vllm, cell.vllm_n, cell.engine, cell.c
         if not o:
             continue
