@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
+from app.engine.openai_bodies import given, parse
 from app.engine.openai_compat import (
     BaseModelPath,
     ChatCompletionRequest,
@@ -43,7 +44,6 @@ from app.errors import (
     UnprocessableContentError,
 )
 from app.repository.layout import ModelSpec
-from app.schemas.validation import format_validation_errors
 
 logger = logging.getLogger(__name__)
 
@@ -251,23 +251,6 @@ def fits(value: Any) -> bool:
 def token_counts(output: Any) -> tuple[int, int]:
     """A `RequestOutput`'s prompt tokens and new tokens (DELTA or FINAL_ONLY outputs)."""
     return len(output.prompt_token_ids or ()), sum(len(c.token_ids) for c in output.outputs)
-
-
-def parse(request_class: type[BaseModel], body: dict[str, Any]) -> Any:
-    """The body as vLLM's request model, or a 400 naming the field."""
-    try:
-        return request_class.model_validate(body)
-    except ValidationError as exc:
-        errors = exc.errors()
-        param = ".".join(str(part) for part in errors[0].get("loc", ())) if errors else None
-        raise InvalidRequestError(format_validation_errors(errors), param=param or None) from exc
-    except Exception as exc:  # vLLM's own validators raise their errors as they are
-        raise as_server_error(create_error_response(exc), exc) from exc
-
-
-def given(request: BaseModel, field: str) -> Any:
-    """The field's value if the client set it, else None."""
-    return getattr(request, field) if field in request.model_fields_set else None
 
 
 def as_server_error(response: Any, cause: BaseException | None = None) -> ServerError:

@@ -16,10 +16,15 @@ def format_validation_errors(errors: Sequence[Any], location: str = "") -> str:
     """One readable line per pydantic error, each naming its field (under `location`)."""
     lines = []
     for error in errors:
-        parts = [str(part) for part in error.get("loc", ()) if part != "body"]
+        parts = [part for part in field_path(error.get("loc", ())) if part != "body"]
         field = ".".join(([location] if location else []) + parts) or location or "body"
         lines.append(f"{field}: {error.get('msg', 'invalid value')}")
     return "; ".join(lines)
+
+
+def field_path(location: Sequence[Any]) -> list[str]:
+    """A pydantic error's location less its tags for wrapping validators (`function-wrap[...]`)."""
+    return [str(part) for part in location if not str(part).startswith("function-")]
 
 
 def invalid_request(exc: ValidationError, location: str = "") -> InvalidRequestError:

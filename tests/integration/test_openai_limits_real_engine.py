@@ -120,7 +120,9 @@ def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True
+        )
         def check(case) -> None:
             short(case.body)
             response = case.call(base_url=limited.base_url, headers=AUTH, timeout=30)

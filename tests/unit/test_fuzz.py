@@ -54,7 +54,9 @@ def test_no_server_errors_and_responses_match_the_schema(fuzz_client: TestClient
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True
+        )
         def check(case) -> None:
             response = case.call(session=fuzz_client)
             case.validate_response(response, checks=CHECKS)

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
@@ -18,7 +20,8 @@ from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
 from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
-from app.engine.openai_serving import GuardedEngineClient, as_server_error, parse
+from app.engine.openai_bodies import parse
+from app.engine.openai_serving import GuardedEngineClient, as_server_error
 from app.engine.vllm_engine import VllmEngine
 from app.errors import (
     InvalidRequestError,
@@ -118,6 +121,28 @@ def test_bodies_are_read_by_vllms_models_with_the_field_named() -> None:
     assert raised.value.param == "tool_choice"
 
 
+CHAT = {"messages": [{"role": "user", "content": "x"}]}
+
+
+@pytest.mark.parametrize(
+    ("request_class", "body", "param"),
+    [
+        (CompletionRequest, {"prompt": "x", "structured_outputs": []}, "structured_outputs"),
+        (ChatCompletionRequest, {**CHAT, "structured_outputs": ["a"]}, "structured_outputs"),
+        (ChatCompletionRequest, {**CHAT, "tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": "x"}, "tools"),
+        (ChatCompletionRequest, {**CHAT, "response_format": [1]}, "response_format"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_a_400_naming_it_where_vllms_validators_crash(
+    request_class: Any, body: dict[str, Any], param: str
+) -> None:
+    """Found by schemathesis: vLLM's "before" validators raised AttributeError (a 500) on
+    `structured_outputs: []`, and named no field for `tools: "x"`."""
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(request_class, body)
+    assert raised.value.param == param and raised.value.message.startswith(f"{param}:")
+
+
 class FakeLLM:
     """The `AsyncLLM` surface the guarded client uses: generate (one token per step), abort."""
 
@@ -192,3 +217,32 @@ async def test_abort_reaches_the_engine_requests_of_an_admitted_request(tmp_path
     await engine.abort("admitted")
     await engine.abort("triton-id")
     assert aborted == [["admitted", "cmpl-x-0"], ["triton-id"]]
+
+
+SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.sampled_from(["", "a", "auto"])
+KEYS = st.sampled_from(["type", "name", "json", "a"])
+JSON = st.recursive(
+    SCALARS, lambda children: st.lists(children, max_size=3) | st.dictionaries(KEYS, children, max_size=3), max_leaves=6
+)
+
+
+def bodies(request_class: Any, required: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """The required fields, then any of the model's fields with any JSON value."""
+    fields = st.dictionaries(st.sampled_from(sorted(request_class.model_fields)), JSON, max_size=4)
+    return fields.map(lambda extra: {**required, **extra})
+
+
+@pytest.mark.parametrize(
+    ("request_class", "required"),
+    [(CompletionRequest, {"prompt": "x"}), (ChatCompletionRequest, CHAT)],
+)
+def test_any_json_in_any_field_is_read_or_refused_with_a_400(request_class: Any, required: dict[str, Any]) -> None:
+    @given(body=bodies(request_class, required))
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None)
+    def check(body: dict[str, Any]) -> None:
+        try:
+            parse(request_class, body)
+        except InvalidRequestError:
+            pass
+
+    check()
