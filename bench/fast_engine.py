@@ -52,6 +52,8 @@ class FastEngine:
         params = to_sampling_params(request.sampling, request.stream)  # as the vLLM engine does
         total = params.max_tokens or 16
         prompt_tokens = len(request.prompt.split())
+        if request.on_accepted is not None:
+            request.on_accepted()
         if not request.stream:
             yield chunk(TOKEN_TEXT * total, total, prompt_tokens, last=True)
             return

@@ -115,6 +115,8 @@ class FakeEngine:
         self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:
             raise self._fail_with
+        if request.on_accepted is not None:
+            request.on_accepted()
         self.active.add(request.request_id)
         try:
             steps = self._steps(request.request_id, params, len(request.prompt.split()))
@@ -136,10 +138,10 @@ class FakeEngine:
         running = set(range(params.n))
         cumulative = [0.0] * params.n
         for step in range(params.max_tokens):
-            if self._fail_after is not None and step == self._fail_after:
-                raise self._fail_with or ServerError("engine failed")
             if self._step_delay:
                 await asyncio.sleep(self._step_delay)
+            if self._fail_after is not None and step == self._fail_after:
+                raise self._fail_with or ServerError("engine failed")
             if request_id in self.abort_calls:
                 done = [CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort") for i in sorted(running)]
                 yield GenerationChunk(completions=done, num_prompt_tokens=num_prompt_tokens, finished=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,9 @@ class GenerationRequest:
     lora: LoraAdapter | None = None
     parameters_field: str = "parameters"
     """Where the client put `sampling`, so that errors name the field as the client wrote it."""
+    on_accepted: Callable[[], None] | None = None
+    """Called once the engine has taken the request (every check of it passed), before its
+    first chunk: a stream can start then, rather than after the first token."""
 
     @property
     def n(self) -> int:
@@ -80,7 +83,8 @@ class InferenceEngine(Protocol):
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Yield delta chunks (`request.stream`) or a single final chunk until the request
         finishes. Raises `InvalidRequestError` (naming the field) for parameters the engine
-        rejects, before the first chunk. Closing the iterator early aborts the request."""
+        rejects, before the first chunk and before calling `request.on_accepted` (an engine
+        that cannot tell may never call it). Closing the iterator early aborts the request."""
         ...
 
     async def abort(self, request_id: str) -> None:

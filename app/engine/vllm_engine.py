@@ -20,6 +20,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
+from app.engine.accepting_llm import AcceptingAsyncLLM
 from app.engine.client_slot import ClientSlot, CoreBroker
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.openai_options import engine_reasoning_parser, openai_options
@@ -75,8 +76,8 @@ class VllmEngine:
         self._slot: ClientSlot | None = None
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
         self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
-        self._llm: AsyncLLM | None = None
-        self._creating: asyncio.Future[AsyncLLM] | None = None
+        self._llm: AcceptingAsyncLLM | None = None
+        self._creating: asyncio.Future[AcceptingAsyncLLM] | None = None
         self._processes: list[psutil.Process] = []
         self._tokenizer: Any = None
         self._openai: VllmOpenAIServing | None = None
@@ -116,7 +117,7 @@ class VllmEngine:
         args = AsyncEngineArgs(**self._engine_args)
         return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
-    def _create(self) -> AsyncLLM:
+    def _create(self) -> AcceptingAsyncLLM:
         config = self.engine_config()
         stat_loggers: list[Any] = [NoVllmPrometheus]
         if self._metrics is not None:
@@ -129,7 +130,7 @@ class VllmEngine:
                 "client_count": self._slot.count,
                 "client_index": self._slot.index,
             }
-        return AsyncLLM.from_vllm_config(
+        return AcceptingAsyncLLM.from_vllm_config(
             config,
             stat_loggers=stat_loggers,
             enable_log_requests=self._args.enable_log_requests,
@@ -233,6 +234,8 @@ class VllmEngine:
         lora = None
         if request.lora is not None:
             lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
+        if request.on_accepted is not None:
+            self._llm.on_accepted[request.request_id] = request.on_accepted
         outputs = self._llm.generate(prompt, sampling_params, request.request_id, lora_request=lora)
         try:
             async for output in outputs:
@@ -251,6 +254,8 @@ class VllmEngine:
             logger.exception("request %s failed in the engine", request.request_id)
             raise ServerError(f"Error generating stream: {cause}") from exc
         finally:
+            if self._llm is not None:
+                self._llm.on_accepted.pop(request.request_id, None)
             await outputs.aclose()
 
 

@@ -1,6 +1,7 @@
 """One path for both generating routes: the body read, the model resolved, the request
 admitted by the generation core and answered by the model's OpenAI API, with the client
-watched until the response starts."""
+watched until the response starts: a stream as soon as vLLM's serving code has checked the
+request and returned it, as `vllm serve` does (not after the first token)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ DONE = "data: [DONE]\n\n"
 COMPLETIONS = "create_completion"
 CHAT_COMPLETIONS = "create_chat_completion"
 PROMPT_FIELDS = {COMPLETIONS: "prompt", CHAT_COMPLETIONS: "messages"}
+STREAM_STARTS = ""
+"""What `run` yields first for a stream: the response can start."""
 
 Results = AsyncIterator[dict[str, Any] | str]
 
@@ -44,7 +47,7 @@ class OpenAIContext:
 
 
 async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: str) -> Response:
-    """The JSON response, or the SSE stream once the first frame is ready; errors before
+    """The JSON response, or the SSE stream once vLLM has checked the request; errors before
     that are answered with their status."""
     body = await read_body(context.request)
     target = target_of(registry, body)
@@ -59,12 +62,12 @@ async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: str
     if isinstance(first, dict):
         await results.aclose()
         return JSONResponse(first)
-    return EventStreamResponse(first, results)
+    return EventStreamResponse(results)
 
 
 async def run(context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: str) -> Results:
-    """The response's JSON (one item), or its frames, under the request's admission. Errors
-    after a stream's first frame are a frame of their own before `data: [DONE]`."""
+    """The response's JSON (one item), or `STREAM_STARTS` and the frames, under the request's
+    admission. Errors once a stream has started are a frame of their own before `data: [DONE]`."""
     streaming, response = False, None
     try:
         async with context.generation.admission(target.model, uuid.uuid4().hex, context.log) as guard:
@@ -77,6 +80,7 @@ async def run(context: OpenAIContext, target: Target, body: dict[str, Any], endp
                 response = result
             else:
                 streaming = True
+                yield STREAM_STARTS
                 async with aclosing(result) as frames:  # type: ignore[type-var]
                     async for frame in frames:
                         if frame != DONE:
@@ -122,17 +126,15 @@ def prompt_text(prompt: Any) -> str | None:
 
 
 class EventStreamResponse(StreamingResponse):
-    """The first frame, then the rest as they come; the frames' iterator is closed however
-    the response ends (a client gone mid-stream aborts the engine requests at once)."""
+    """The frames as they come; their iterator is closed however the response ends (a client
+    gone mid-stream aborts the engine requests at once)."""
 
-    def __init__(self, first: str, rest: Results) -> None:
-        super().__init__(rest, media_type="text/event-stream")
-        self.first = first
+    def __init__(self, frames: Results) -> None:
+        super().__init__(frames, media_type="text/event-stream")
 
     async def stream_response(self, send: Send) -> None:
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            await send({"type": "http.response.body", "body": self.first.encode(), "more_body": True})
             async for frame in self.body_iterator:
                 await send({"type": "http.response.body", "body": frame.encode(), "more_body": True})  # type: ignore[union-attr]
             await send({"type": "http.response.body", "body": b"", "more_body": False})

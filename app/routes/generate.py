@@ -162,7 +162,7 @@ async def event_source_stream(
     ping_seconds: int,
 ) -> Response:
     """The POST stream built from the query string, ending with `event: end`. Errors before
-    the first event are an `event: error` when Accept names `text/event-stream`
+    the stream starts are an `event: error` when Accept names `text/event-stream`
     (an `EventSource` cannot read a 4xx body) and a JSON error with its status otherwise."""
     try:
         body = generate_request_from_query(context.request.query_params)
@@ -177,7 +177,8 @@ async def event_source_stream(
 async def event_stream(
     context: GenerationContext, model: ServedModel, body: GenerateRequest, framing: Framing, ping_seconds: int
 ) -> Response:
-    """Errors before the first event are answered with their status; then the stream."""
+    """Errors until the engine has accepted the request are answered with their status; then
+    the stream starts (before the first token: its headers are not on the first token's way)."""
     responses = await open_responses(context, model, body, STREAM)
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -1,8 +1,11 @@
 """One path for every generate route: the request as the backend reads it, the core's
-outputs as the backend's responses, the first one awaited while watching the client."""
+outputs as the backend's responses, the engine's acceptance (a stream) or the first response
+awaited while watching the client."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,24 +37,58 @@ class GenerationContext:
 
 async def open_responses(
     context: GenerationContext, model: ServedModel, body: GenerateRequest, policy: StreamPolicy
-) -> tuple[dict[str, Any], Responses] | None:
-    """Validate, start the engine request and wait for its first response, so that errors
-    before it are raised (and answered with their status); None when the client left first.
-    Returns the first response and the rest (one response only when not streaming)."""
+) -> tuple[dict[str, Any] | None, Responses] | None:
+    """Validate, start the engine request and wait until the engine has accepted it (a
+    stream) or for its one response, so that errors before then are raised (and answered
+    with their status); None when the client left first. Returns the first response, when
+    it came first, and the responses still to come."""
     if context.log is not None:
         context.log.model, context.log.version, context.log.prompt = model.name, model.version, body.text_input
+    accepted = asyncio.get_running_loop().create_future()
     triton = triton_request(body, model, policy)
+    request = triton.generation
+    if request.stream:
+        request = dataclasses.replace(request, on_accepted=lambda: accepted.done() or accepted.set_result(None))
     builder = ResponseBuilder(triton, model.name, model.version)
-    responses = built(builder, context.generation.generate(model, triton.generation, context.log), context.log)
+    responses = built(builder, context.generation.generate(model, request, context.log), context.log)
+    first = asyncio.ensure_future(anext(responses))
     try:
-        first = await until_disconnect(context.request, anext(responses))
+        await until_disconnect(context.request, either(first, accepted))
     except ClientDisconnected:
-        await responses.aclose()
+        await close(first, responses)
         return None
     except BaseException:
-        await responses.aclose()
+        await close(first, responses)
         raise
-    return first, responses
+    if first.done():
+        return first.result(), responses
+    return None, continued(first, responses)
+
+
+async def either(first: asyncio.Future[Any], accepted: asyncio.Future[None]) -> None:
+    """Wait for the first response or the engine's acceptance; the first response's error is
+    raised here."""
+    await asyncio.wait({first, accepted}, return_when=asyncio.FIRST_COMPLETED)
+    if first.done():
+        first.result()
+
+
+async def continued(first: asyncio.Future[dict[str, Any]], rest: Responses) -> Responses:
+    """The first response (still on its way when the stream started), then the rest."""
+    try:
+        yield await first
+        async for response in rest:
+            yield response
+    finally:
+        await close(first, rest)
+
+
+async def close(first: asyncio.Future[Any], responses: Responses) -> None:
+    """Stop waiting for the first response and close the responses (aborting the request)."""
+    if not first.done():
+        first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await responses.aclose()  # type: ignore[attr-defined]
 
 
 async def built(

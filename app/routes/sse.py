@@ -54,11 +54,13 @@ EVENT_SOURCE_FRAMING = Framing(error=error_event, end=named_frame("end", {}))
 
 
 async def sse_frames(
-    first: dict[str, Any], events: AsyncIterator[dict[str, Any]], framing: Framing
+    first: dict[str, Any] | None, events: AsyncIterator[dict[str, Any]], framing: Framing
 ) -> AsyncIterator[bytes]:
-    """`data:` frames of compact JSON; an error after the first event becomes an error frame."""
+    """`data:` frames of compact JSON (`first`, if given, then `events`); an error once the
+    stream has started becomes an error frame."""
     try:
-        yield data_frame(first)
+        if first is not None:
+            yield data_frame(first)
         async for event in events:
             yield data_frame(event)
         if framing.end:
@@ -66,7 +68,7 @@ async def sse_frames(
     except ServerError as exc:
         yield framing.error(error_body(exc.message))
     except Exception as exc:
-        logger.exception("stream failed after its first event")
+        logger.exception("stream failed after it started")
         yield framing.error(error_body(f"Error generating stream: {exc}"))
     finally:
         await events.aclose()  # type: ignore[attr-defined]

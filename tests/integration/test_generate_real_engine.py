@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import httpx
 import pytest
@@ -36,6 +37,19 @@ def test_stream_sends_several_events_as_tokens_arrive(http: httpx.Client) -> Non
     events = stream_events(http, STREAM, {"text_input": "Tell me about the sea.", "parameters": {"max_tokens": 32, "ignore_eos": True}})
     assert len(events) >= 8
     assert events[-1][0] - events[0][0] > 0.05, "events arrived together, not as generated"
+
+
+def test_a_stream_starts_while_the_engine_prefills(http: httpx.Client) -> None:
+    """The headers come once vLLM has accepted the request, before its first token: here a
+    long prompt's prefill lies between them."""
+    body = {"text_input": "word " * 1500, "parameters": {"max_tokens": 1}}
+    with http.stream("POST", STREAM, json=body) as response:
+        started = time.perf_counter()
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines() if line.startswith("data:")]
+        first_event = time.perf_counter()
+    assert len(lines) == 1 and "error" not in json.loads(lines[0][5:])
+    assert first_event - started > 0.05, "the headers came with the first token"
 
 
 def test_stream_deltas_concatenate_to_the_non_stream_text(http: httpx.Client) -> None:
@@ -127,7 +141,9 @@ def test_stop_string_ends_the_output(http: httpx.Client) -> None:
         (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": "5"}}, "parameters.allowed_token_ids"),
         (STREAM, {"text_input": "x", "parameters": {"logit_bias": "xyz"}}, "parameters.logit_bias"),
         (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}}, "allowed_token_ids"),
+        (STREAM, {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}}, "allowed_token_ids"),
         (GENERATE, {"text_input": "x", "parameters": {"logprobs": 10**8}}, "logprobs"),
+        (STREAM, {"text_input": "x", "parameters": {"logprobs": 10**8}}, "logprobs"),
     ],
 )
 def test_bad_input_gets_400_naming_the_problem(http: httpx.Client, route: str, body: dict, message: str) -> None:

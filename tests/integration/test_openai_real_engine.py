@@ -105,6 +105,19 @@ async def test_chat_equals_the_triton_route_with_the_chat_template(
     assert chunks[-1].usage.completion_tokens == result.usage.completion_tokens
 
 
+def test_a_stream_starts_while_the_engine_prefills(http: httpx.Client) -> None:
+    """As with `vllm serve`: the headers once vLLM's serving code has checked the request,
+    before the first token (a long prompt's prefill lies between them)."""
+    body = {"model": MODEL, "prompt": "word " * 1500, "max_tokens": 1, "stream": True}
+    with http.stream("POST", "/v1/completions", json=body) as response:
+        started = time.perf_counter()
+        assert response.status_code == 200
+        frames = [line for line in response.iter_lines() if line.startswith("data:")]
+        first_frame = time.perf_counter()
+    assert frames[-1] == "data: [DONE]" and "choices" in json.loads(frames[0][5:])
+    assert first_frame - started > 0.05, "the headers came with the first token"
+
+
 def test_n_completions_with_logprobs(sdk: openai.OpenAI) -> None:
     result = sdk.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6, n=2, temperature=1.0, logprobs=2, extra_body={"ignore_eos": True})
     assert sorted(c.index for c in result.choices) == [0, 1]

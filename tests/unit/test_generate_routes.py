@@ -123,11 +123,33 @@ def test_unknown_route_and_wrong_method_answer_triton_error_json(client: TestCli
     assert response.status_code == 405 and "error" in response.json()
 
 
-def test_engine_failure_before_first_token_is_a_json_error(make_client: Callable[..., TestClient]) -> None:
+def test_engine_refusal_is_a_json_error(make_client: Callable[..., TestClient]) -> None:
     client = make_client(FakeEngine(fail_with=InvalidRequestError("prompt is too long")))
     for route in ("generate", "generate_stream"):
         response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
         assert response.status_code == 400 and response.json() == {"error": "prompt is too long"}
+
+
+async def test_a_stream_starts_once_the_engine_accepts_the_request(make_client: Callable[..., TestClient]) -> None:
+    """Not at its first token: the client reads the headers while the engine prefills, as
+    with `vllm serve`, so they are not on the first token's way."""
+    engine = FakeEngine(step_delay=1.0)
+    body = json.dumps({"text_input": "x", "parameters": {"max_tokens": 3}}).encode()
+    sent = await call_and_disconnect(make_client(engine).app, "POST", "/v2/models/fake/generate_stream",
+                                     body=body, headers=JSON, seconds=0.3)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
+    assert not [m for m in sent if m.get("body", b"").startswith(b"data:")]
+    assert await eventually(lambda: engine.aborted == [engine.requests[0].request_id])
+
+
+def test_engine_failure_before_the_first_token_once_accepted_is_an_error_event(
+    make_client: Callable[..., TestClient],
+) -> None:
+    client = make_client(FakeEngine(fail_after=0, fail_with=ServerError("engine broke"), step_delay=0.05))
+    response = client.post("/v2/models/fake/generate_stream", json={"text_input": "x"})
+    assert response.status_code == 200 and sse_events(response) == [{"error": "engine broke"}]
+    plain = client.post("/v2/models/fake/generate", json={"text_input": "x"})
+    assert plain.status_code == 500 and plain.json() == {"error": "engine broke"}
 
 
 def test_engine_failure_after_first_token_is_an_error_event(make_client: Callable[..., TestClient]) -> None:

@@ -247,6 +247,16 @@ async def test_client_disconnect_aborts_the_engine_request(
     assert started[0]["status"] == (200 if stream else 499)
 
 
+async def test_a_stream_starts_once_vllm_has_checked_the_request(make_client: Callable[..., TestClient]) -> None:
+    """As `vllm serve` starts it: before the first token, not with it."""
+    engine = FakeEngine(step_delay=1.0)
+    body = json.dumps({**COMPLETION, "max_tokens": 3, "stream": True}).encode()
+    sent = await call_and_disconnect(make_client(engine).app, "POST", "/v1/completions", body=body, headers=JSON, seconds=0.3)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
+    assert not [m for m in sent if m.get("body", b"").startswith(b"data:")]
+    assert await eventually(lambda: len(engine.aborted) == 1)
+
+
 def test_requests_are_admitted_and_logged(
     make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture
 ) -> None:
