@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -52,22 +54,44 @@ async def call_and_disconnect(
     return sent
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel numbers outgoing connections and `bind(0)` sockets from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+TEST_PORTS = range(20000, min(ephemeral_range()[0], 32768))
+"""Where test servers listen: below the ephemeral range, so that no socket the kernel numbers
+(a client's connection, an engine's ZMQ or torch.distributed port) takes a server's port in
+the 20 s between choosing it and the server's bind, after its engine has started."""
+handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (held open together, so none is handed out twice)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """`count` free ports, none handed out before in this test run."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.choice(TEST_PORTS)
+        if port not in handed_out and bindable(port):
+            handed_out.add(port)
+            ports.append(port)
+    return ports
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 @contextmanager
