@@ -16,6 +16,10 @@ from app.paths import PROJECT_ROOT
 from bench.gpu.table import checks, load, render
 from tests.unit.test_gpu_bench import record
 
+RUNS = PROJECT_ROOT / "bench" / "gpu"
+"""The raw figures of every recorded GPU run."""
+README = PROJECT_ROOT / "README.md"
+
 
 def sse_stream(request: httpx.Request) -> httpx.Response:
     """A server of either kind streaming three tokens: Triton's generate_stream or OpenAI's."""
@@ -149,14 +153,15 @@ def test_an_interleaved_level_gives_each_server_its_own_figures(tmp_path: Path, 
 
 
 def test_the_interleaved_run_renders_as_the_readme_table() -> None:
-    table = render(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-interleaved.jsonl"))
+    records = load(RUNS / "h100-2026-11-24-interleaved.jsonl")
+    table = render(records)
     rows = ["| 1b | 256 | 28,548 | 25,745 | 13,142 | 22,815 | 1.96 | 1.13 | 0.90 |",
             "| tiny | 1 | 416 | 428 | 450 | 441 | 0.95 | 0.97 | 1.03 |"]
     assert all(row in table for row in rows) and "Checks: 20 of 26 met" in table
     assert "against vllm serve (the same code for a lone request, so the noise between engine instances): 0 of 6 met" in table
-    found = {check.what: check for check in checks(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-interleaved.jsonl"))}
+    found = {check.what: check for check in checks(records)}
     assert all(check.met for what, check in found.items() if "C=1 " not in what)
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = README.read_text()
     assert all(row in readme for row in rows)
 
 
@@ -165,9 +170,9 @@ def test_the_interleaved_run_renders_as_the_readme_table() -> None:
     ("J", 21, "| tiny | 64 | 14,313 | 14,669 | 12,368 | 14,137 | 1.19 | 1.04 | 1.02 |"),
 ])
 def test_runs_i_and_j_render_as_the_readme_says(run: str, met: int, row: str) -> None:
-    table = render(load(PROJECT_ROOT / "bench" / "gpu" / f"h100-2026-11-24-run-{run.lower()}.jsonl"))
+    table = render(load(RUNS / f"h100-2026-11-24-run-{run.lower()}.jsonl"))
     assert row in table and f"Checks: {met} of 26 met" in table
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = README.read_text()
     assert f"| {run} {row}" in readme and "run I 24 of 26, run J 21 of 26" in readme
 
 
@@ -175,13 +180,13 @@ def test_vllm_against_itself_meets_the_c1_checks_as_often_as_ours() -> None:
     from bench.gpu.table import lone_request_checks
 
     met = {"ours4": [0, 0], "vllm4": [0, 0]}
-    for path in sorted((PROJECT_ROOT / "bench" / "gpu").glob("h100-*.jsonl")):
+    for path in sorted(RUNS.glob("h100-*.jsonl")):
         for target, counts in met.items():
             found = lone_request_checks(load(path), target)
             counts[0] += sum(check.met for check in found)
             counts[1] += len(found)
     assert met == {"ours4": [48, 90], "vllm4": [42, 87]}
-    assert "**42 of 87** over every recorded run\n(ours: **48 of 90**)" in (PROJECT_ROOT / "README.md").read_text()
+    assert "**42 of 87** over every recorded run\n(ours: **48 of 90**)" in README.read_text()
 
 
 def test_the_null_comparison_takes_vllm_serve_as_the_bound() -> None:
@@ -244,21 +249,21 @@ def test_an_ours_target_with_an_m_turns_the_vllm_metrics_on(tmp_path: Path, monk
 
 
 def test_the_run_with_equal_kv_caches_renders_as_the_readme_table() -> None:
-    records = load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-equal-kv.jsonl")
+    records = load(RUNS / "h100-2026-11-24-equal-kv.jsonl")
     table = render(records)
     rows = ["| 1b | 256 | 24,228 | 21,817 | 10,203 | 21,569 | 2.14 | 1.01 | 0.90 |",
             "| tiny | 64 | 11,994 | 10,615 | 12,367 | 11,070 | 0.86 | 0.96 | 0.89 |"]
     assert all(row in table for row in rows) and "Checks: 22 of 26 met" in table
     assert all(check.met for check in checks(records) if check.what.startswith("1b "))
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = README.read_text()
     assert all(row in readme for row in rows) and "Checks: **22 of 26 met**" in readme
 
 
 def test_the_lone_request_profile_of_the_metrics_on_run_is_the_readmes() -> None:
     from bench.gpu.table import lone_request_profile
 
-    lines = lone_request_profile(load(PROJECT_ROOT / "bench" / "gpu" / "h100-2026-11-24-metrics-on-2.jsonl"))
+    lines = lone_request_profile(load(RUNS / "h100-2026-11-24-metrics-on-2.jsonl"))
     assert "| 1b | ours4m | 419 | 18.19 / 13.22 | 4.97 | 0.03 | 10.64 | 2.325 | 2.339 | 311.6 / 308.0 |" in lines
     assert "| 1b | vllm1 | 388 | 16.55 / 13.87 | 2.68 | 0.04 | 10.13 | 2.486 | 2.495 | 332.1 / 329.1 |" in lines
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = README.read_text()
     assert "| 1b | ours, metrics on | 419 | 18.19 / 13.22 | 4.97 | 0.03 | 10.64 | 2.325 | 2.339 | 311.6 / 308.0 |" in readme
