@@ -54,7 +54,7 @@ def run_level(server: Server, shape: str, c: int, requests: int, clients: int, r
     for index in range(clients):
         raw = raw_dir / f"{shape}-{server.target}-c{c}-{index}.json"
         raws.append(raw)
-        argv = [sys.executable, str(LOADGEN), "--target", server.kind, "--url", server.url, "--model", shape,
+        argv = [sys.executable, str(LOADGEN), "--target", server.kind, "--url", server.load_url, "--model", shape,
                 "--levels", f"{c // clients}:{requests}", "--tokens", str(tokens), "--start-at", str(start_at),
                 "--wid-base", str(index * 10000), "--raw", str(raw)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
@@ -79,7 +79,7 @@ def run_interleaved(servers: list[Server], shape: str, requests: int, raw_dir: P
     and vLLM's own timings of them (`server_ms`) where the server exports them."""
     start_at = time.time() + INTERLEAVED_START_DELAY
     raw = raw_dir / f"{shape}-interleaved-c1"
-    targets = [{"name": s.target, "kind": s.kind, "url": s.url} for s in servers]
+    targets = [{"name": s.target, "kind": s.kind, "url": s.load_url} for s in servers]
     argv = [sys.executable, str(LOADGEN), "--interleave", json.dumps(targets), "--model", shape,
             "--levels", f"1:{requests}", "--tokens", str(tokens), "--start-at", str(start_at), "--raw", str(raw)]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)

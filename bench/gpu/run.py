@@ -8,7 +8,7 @@ started on a common barrier (so the client is never the limit), their samples me
 Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm serve` with N
 API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N), `oursNm` (the same with
 the backend's `vllm:` metrics on, REPORT_CUSTOM_METRICS, as `vllm serve` always records
-its own); by default engine,
+its own), `oursNg` (the same driven over Triton's gRPC ModelStreamInfer); by default engine,
 vllm1, vllmN and oursN with N our default process count on this host. Writes results.jsonl
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
 `make bench` on a GPU host runs it on the default model.
@@ -50,8 +50,9 @@ TOKENS = 128
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
-OURS = re.compile(r"ours(\d+)(m?)")
-"""`oursN` or `oursNm`: N frontend processes, `m` with the `vllm:` metrics on."""
+OURS = re.compile(r"ours(\d+)(m?)(g?)")
+"""`oursN`, `oursNm` or `oursNg`: N frontend processes, `m` with the `vllm:` metrics on, `g`
+driven over gRPC."""
 TOGETHER_KV_CACHE_BYTES = 4 * 2**30
 """The KV cache of each target started together (kv_cache_memory_bytes): its GPU memory share
 alone does not make their caches equal, as vLLM's memory profile counts what the engines
@@ -101,6 +102,11 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def load_url(self) -> str:
+        """Where the load generator sends requests: the gRPC port (the HTTP one + 1) for `grpc`."""
+        return f"127.0.0.1:{self.port + 1}" if self.kind == "grpc" else self.url
+
 
 def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8000,
                  engine_args: dict | None = None) -> Server:
@@ -114,12 +120,12 @@ def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8
             argv += [f"--{key.replace('_', '-')}", str(value)]
         kind, ready = "openai", f"http://127.0.0.1:{port}/health"
     else:
-        processes, metrics = OURS.fullmatch(target).groups()
-        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT="0", REPORT_CUSTOM_METRICS=str(bool(metrics)).lower(),
-                   PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
+        processes, metrics, grpc = OURS.fullmatch(target).groups()
+        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT=str(port + 1) if grpc else "0",
+                   REPORT_CUSTOM_METRICS=str(bool(metrics)).lower(), PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
         repo = repository(models, shape, target, engine_args)
         argv = [sys.executable, "-m", "app", "--model-repository", str(repo), "--port", str(port)]
-        kind, ready = "triton", f"http://127.0.0.1:{port}/v2/health/ready"
+        kind, ready = "grpc" if grpc else "triton", f"http://127.0.0.1:{port}/v2/health/ready"
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     return Server(target, process, port, ready, kind)
 

@@ -119,27 +119,40 @@ def render(records: list[Record]) -> str:
     if null:
         lines += ["", f"The same C = 1 checks of vllm serve with {n} API processes against vllm serve (the same code "
                   f"for a lone request, so the noise between engine instances): {sum(c.met for c in null)} of {len(null)} met"]
-    lines += metrics_on(records, n)
+    lines += variants(records, n)
     profile = lone_request_profile(records)
     if profile:
         lines += ["", *profile]
     return "\n".join(lines) + "\n"
 
 
-def metrics_on(records: list[Record], n: int) -> list[str]:
-    """Ours with the backend's `vllm:` metrics on (`oursNm`; `vllm serve` always records its
-    own): the same checks, and its tok/s against ours without them."""
-    target = f"ours{n}m"
+VARIANTS = (
+    ("m", "With the vllm: metrics on"),
+    ("g", "Over Triton's gRPC (ModelStreamInfer, a call per request)"),
+)
+"""Ours run another way beside `oursN`: the target's suffix and how the table names it."""
+
+
+def variants(records: list[Record], n: int) -> list[str]:
+    """Ours run another way (`oursNm`: the backend's `vllm:` metrics on, as `vllm serve`
+    always records its own; `oursNg`: over gRPC): the same checks, and its tok/s against
+    `oursN`."""
     found = measured_by_target(records)
-    if not any(t == target for _, t, _ in found):
-        return []
-    found_checks = checks(records, target)
-    met = sum(c.met for c in found_checks)
-    lines = ["", f"With the vllm: metrics on ({target}): checks {met} of {len(found_checks)} met"]
-    lines += [f"- NOT met: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks if not c.met]
-    for shape, c in sorted({(shape, c) for shape, t, c in found if t == target}):
-        on, off = found[(shape, target, c)], found.get((shape, f"ours{n}", c))
-        lines.append(f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n} without them")
+    lines: list[str] = []
+    for suffix, label in VARIANTS:
+        target = f"ours{n}{suffix}"
+        if not any(t == target for _, t, _ in found):
+            continue
+        found_checks = checks(records, target)
+        met = sum(c.met for c in found_checks)
+        lines += ["", f"{label} ({target}): checks {met} of {len(found_checks)} met"]
+        lines += [f"- NOT met: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks if not c.met]
+        for shape, c in sorted({(shape, c) for shape, t, c in found if t == target}):
+            on, off = found[(shape, target, c)], found.get((shape, f"ours{n}", c))
+            lines.append(f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n}"
+                         f"{' without them' if suffix == 'm' else ''}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
+                         f"(ours{n} {fmt(off and off.get('ttft_p50_ms'), 1)}), ITL p99 {fmt(on.get('itl_p99_ms'), 1)} ms "
+                         f"(ours{n} {fmt(off and off.get('itl_p99_ms'), 1)})")
     return lines
 
 

@@ -45,7 +45,7 @@ async def test_the_interleaved_c1_level_takes_every_server_in_turn(tmp_path: Pat
     args = argparse.Namespace(raw=str(tmp_path / "tiny-interleaved-c1"), tokens=3, model="tiny", prompt="p",
                               triton_params="{}", start_at=0.0, wid_base=0, target=None)
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        results = await loadgen.run_interleaved(client, targets, 3, args)
+        results = await loadgen.run_interleaved(client, {}, targets, 3, args)
     ours, vllm = "8020/v2/models/tiny/generate_stream", "8000/v1/completions"
     assert seen == [ours, vllm] + [ours, vllm, vllm, ours, ours, vllm]  # warm-up, then each first in turn
     assert {name: (r["requests"], r["errors"], r["empty_events"]) for name, r in results.items()} == {
