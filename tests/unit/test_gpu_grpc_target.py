@@ -24,10 +24,12 @@ class StreamingServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self) -> None:
         self.requests: list[service_pb2.ModelInferRequest] = []
+        self.peers: set[str] = set()
 
     async def ModelStreamInfer(self, request_iterator, context):  # noqa: N802 - the service's name
         async for request in request_iterator:
             self.requests.append(request)
+            self.peers.add(context.peer())
             for word in (b"a", b"b", b"c"):
                 response = service_pb2.ModelInferResponse(model_name=request.model_name)
                 response.outputs.add(name="text_output", datatype="BYTES", shape=[1])
@@ -108,3 +110,26 @@ def test_ours_over_grpc_is_checked_as_ours_is_and_set_beside_ours_over_sse() -> 
     assert "Over Triton's gRPC (ModelStreamInfer, a call per request) (ours4g): checks 5 of 5 met" in table
     assert ("- tiny C=256: 23,100 tok/s, 1.10 × ours4; TTFT p50 40.0 ms (ours4 45.0), ITL p99 9.0 ms (ours4 10.0)"
             in table)
+
+
+async def test_each_worker_streams_over_a_connection_of_its_own(monkeypatch) -> None:
+    """The kernel spreads connections, not streams, over a server's frontend processes: each
+    worker's channel must be its own connection, though gRPC shares one between equal channels."""
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT / "bench" / "gpu"))
+    from bench.gpu import loadgen
+
+    servicer = StreamingServicer()
+    server = grpc.aio.server()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    channels = loadgen.GrpcChannels(address, 4)
+    args = argparse.Namespace(tokens=3, triton_params="{}")
+    try:
+        await channels.ready()
+        for wid in range(8):
+            await loadgen.grpc_request(channels.stub(wid), "tiny", "p", args, loadgen.new_out())
+    finally:
+        await channels.close()
+        await server.stop(None)
+    assert len(servicer.requests) == 8 and len(servicer.peers) == 4
