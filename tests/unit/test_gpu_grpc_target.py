@@ -13,9 +13,9 @@ import httpx
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from app.paths import PROJECT_ROOT
-from bench.gpu.table import render
+from bench.gpu.table import load, render
 from tests.unit.test_gpu_bench import record
-from tests.unit.test_gpu_lone_request import sse_stream
+from tests.unit.test_gpu_lone_request import README, RUNS, sse_stream
 
 
 class StreamingServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -133,3 +133,20 @@ async def test_each_worker_streams_over_a_connection_of_its_own(monkeypatch) -> 
         await channels.close()
         await server.stop(None)
     assert len(servicer.requests) == 8 and len(servicer.peers) == 4
+
+
+def test_run_k_renders_as_the_readme_says() -> None:
+    table = render(load(RUNS / "h100-2026-11-24-run-k.jsonl"))
+    row = "| 1b | 64 | 15,467 | 15,545 | 12,247 | 13,604 | 1.27 | 1.14 | 1.01 |"
+    assert row in table and "Checks: 23 of 26 met" in table
+    assert "- NOT met: tiny C=1 tok/s ours / vllm serve: 1.0 (bound 1.0)" in table
+    assert "(ours4g): checks 18 of 26 met" in table and "- 1b C=64: 13,962 tok/s, 0.90 × ours4" in table
+    readme = README.read_text()
+    assert row in readme and "Checks: **23 of 26 met**" in readme
+
+
+def test_the_grpc_follow_up_of_run_k_renders_as_the_readme_says() -> None:
+    table = render(load(RUNS / "h100-2026-11-24-run-k-grpc.jsonl"))
+    assert "- 1b C=64: 15,728 tok/s, 1.18 × ours4; TTFT p50 35.5 ms (ours4 45.0)" in table
+    assert "| tiny | 256 | – | 22,563 | – | 22,113 | – | 1.02 |" in table
+    assert "| 1b | 64 | 13,316 | 15,728 | 13,471 | 1.18 |" in README.read_text()
