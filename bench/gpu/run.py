@@ -9,7 +9,7 @@ Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm ser
 API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N), `oursNm` (the same with
 the backend's `vllm:` metrics on, REPORT_CUSTOM_METRICS, as `vllm serve` always records
 its own), `oursNg` (the same driven over Triton's gRPC ModelStreamInfer); by default engine,
-vllm1, vllmN and oursN with N our default process count on this host. Writes results.jsonl
+vllm1, vllmN, oursN and oursNg with N our default process count on this host. Writes results.jsonl
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
 `make bench` on a GPU host runs it on the default model.
 
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--levels", default=LEVELS, help=f"C:requests per client:client processes,... (default: {LEVELS})")
     parser.add_argument("--tokens", type=int, default=TOKENS, help=f"new tokens a request (default: {TOKENS})")
     parser.add_argument("--processes", type=int, default=None, help="N of the default targets (default: ours on this host)")
-    parser.add_argument("--targets", default=None, help="default: engine,vllm1,vllmN,oursN")
+    parser.add_argument("--targets", default=None, help="default: engine,vllm1,vllmN,oursN,oursNg")
     parser.add_argument("--together", action="store_true", help="every server of a shape up at once, measured in turn")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over the targets (with --together)")
     parser.add_argument("--profile", action="store_true", help="py-spy records at the highest C (with --together)")
@@ -170,7 +170,7 @@ def main() -> None:
                         help="with --together: C = 1 as one load generator sending each request to every server in turn")
     args = parser.parse_args()
     count = args.processes or default_processes()
-    targets = (args.targets or f"engine,vllm1,vllm{count},ours{count}").split(",")
+    targets = (args.targets or f"engine,vllm1,vllm{count},ours{count},ours{count}g").split(",")
     levels = parse_levels(args.levels)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # only read by the CPU build (a smoke run)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import grpc
@@ -150,3 +151,15 @@ def test_the_grpc_follow_up_of_run_k_renders_as_the_readme_says() -> None:
     assert "- 1b C=64: 15,728 tok/s, 1.18 × ours4; TTFT p50 35.5 ms (ours4 45.0)" in table
     assert "| tiny | 256 | – | 22,563 | – | 22,113 | – | 1.02 |" in table
     assert "| 1b | 64 | 13,316 | 15,728 | 13,471 | 1.18 |" in README.read_text()
+
+
+def test_make_bench_on_a_gpu_runs_ours_over_grpc_too(tmp_path: Path, monkeypatch) -> None:
+    from bench.gpu import run
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(run.Run, "one_by_one", lambda self, shape, targets: ran.append(targets))
+    monkeypatch.setattr(run, "load", lambda path: [])
+    monkeypatch.setattr(sys, "argv", ["run.py", "--models", str(tmp_path), "--out", str(tmp_path / "out"),
+                                      "--shapes", "smollm2", "--processes", "4"])
+    run.main()
+    assert ran == [["engine", "vllm1", "vllm4", "ours4", "ours4g"]]
