@@ -104,8 +104,13 @@ class Server:
 
     @property
     def load_url(self) -> str:
-        """Where the load generator sends requests: the gRPC port (the HTTP one + 1) for `grpc`."""
-        return f"127.0.0.1:{self.port + 1}" if self.kind == "grpc" else self.url
+        """Where the load generator sends requests: the gRPC port for `grpc`."""
+        return f"127.0.0.1:{grpc_port(self.port)}" if self.kind == "grpc" else self.url
+
+
+def grpc_port(http_port: int) -> int:
+    """The gRPC port of an `oursNg` server: the one after its HTTP port."""
+    return http_port + 1
 
 
 def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8000,
@@ -121,7 +126,7 @@ def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8
         kind, ready = "openai", f"http://127.0.0.1:{port}/health"
     else:
         processes, metrics, grpc = OURS.fullmatch(target).groups()
-        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT=str(port + 1) if grpc else "0",
+        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT=str(grpc_port(port)) if grpc else "0",
                    REPORT_CUSTOM_METRICS=str(bool(metrics)).lower(), PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
         repo = repository(models, shape, target, engine_args)
         argv = [sys.executable, "-m", "app", "--model-repository", str(repo), "--port", str(port)]

@@ -127,10 +127,11 @@ def render(records: list[Record]) -> str:
 
 
 VARIANTS = (
-    ("m", "With the vllm: metrics on"),
-    ("g", "Over Triton's gRPC (ModelStreamInfer, a call per request)"),
+    ("m", "With the vllm: metrics on", " without them"),
+    ("g", "Over Triton's gRPC (ModelStreamInfer, a call per request)", ""),
 )
-"""Ours run another way beside `oursN`: the target's suffix and how the table names it."""
+"""Ours run another way beside `oursN`: the target's suffix, how the table names it, and how
+it names `oursN` beside it."""
 
 
 def variants(records: list[Record], n: int) -> list[str]:
@@ -139,7 +140,7 @@ def variants(records: list[Record], n: int) -> list[str]:
     `oursN`."""
     found = measured_by_target(records)
     lines: list[str] = []
-    for suffix, label in VARIANTS:
+    for suffix, label, after_ours in VARIANTS:
         target = f"ours{n}{suffix}"
         if not any(t == target for _, t, _ in found):
             continue
@@ -150,7 +151,7 @@ def variants(records: list[Record], n: int) -> list[str]:
         for shape, c in sorted({(shape, c) for shape, t, c in found if t == target}):
             on, off = found[(shape, target, c)], found.get((shape, f"ours{n}", c))
             lines.append(f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n}"
-                         f"{' without them' if suffix == 'm' else ''}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
+                         f"{after_ours}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
                          f"(ours{n} {fmt(off and off.get('ttft_p50_ms'), 1)}), ITL p99 {fmt(on.get('itl_p99_ms'), 1)} ms "
                          f"(ours{n} {fmt(off and off.get('itl_p99_ms'), 1)})")
     return lines
