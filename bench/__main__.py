@@ -12,8 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +20,57 @@ from app.engine.engine_args import vllm_engine_args
 from app.paths import PROJECT_ROOT
 from app.repository.layout import ModelSpec, load_repository
 from bench import report
-from bench.grpc_target import OursGrpcTarget
 from bench.machine import machine_info
-from bench.micro import MicroConfig, MicroStats, run_micro
-from bench.paired import run_paired
 from bench.progress import Progress
+from bench.reliability import TARGETS as RELIABILITY_TARGETS
 from bench.servers import descendants, stop_all, stop_new_descendants
-from bench.stats import LevelStats, protocol_ratios, ratios, summarize
-from bench.targets import (
-    EngineTarget,
-    OursOpenAITarget,
-    OursTarget,
-    VllmOpenAITarget,
-    ours_server,
-    vllm_openai_server,
-)
-from bench.workload import Workload, prompts, run_level
+from bench.stats import protocol_ratios, ratios
+from bench.suite import Outcome, run_all
 
-TARGETS = ("engine", "ours", "ours-grpc", "ours-openai", "vllm-openai", "micro", "micro-grpc")
-MICRO_PROTOCOLS = {"micro": "sse", "micro-grpc": "grpc"}
+TARGETS = (
+    "engine",
+    "ours",
+    "ours-grpc",
+    "ours-openai",
+    "vllm-openai",
+    "micro",
+    "micro-grpc",
+    *RELIABILITY_TARGETS,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     add = parser.add_argument
+    add_workload_options(add)
+    add_server_options(add)
+    add(
+        "--micro-concurrency",
+        nargs="+",
+        type=int,
+        default=[1, 256],
+        help="micro-benchmark levels (default: 1 256)",
+    )
+    add(
+        "--micro-requests",
+        type=int,
+        default=1024,
+        help="micro-benchmark requests per level (default: 1024)",
+    )
+    add(
+        "--out",
+        type=Path,
+        default=PROJECT_ROOT / "bench" / "results",
+        help="folder of the JSON, the plot and the server logs",
+    )
+    add_reliability_options(add)
+    add("--no-plot", dest="plot", action="store_false", help="write no PNG")
+    add("--quiet", action="store_true", help="no progress lines")
+    return parser.parse_args(argv)
+
+
+def add_workload_options(add: Callable[..., Any]) -> None:
+    """What runs, and the streaming workload's levels."""
     add(
         "--targets",
         nargs="+",
@@ -70,41 +96,48 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("-n", "--max-tokens", type=int, default=64, help="new tokens per request (default: 64)")
     add("--no-warmup", dest="warmup", action="store_false", help="skip the warm-up round")
     add("--no-pair", dest="pair", action="store_false", help="ours, ours-grpc: a server each")
+
+
+def add_server_options(add: Callable[..., Any]) -> None:
+    """The model, and the servers: started here, or running ones."""
     add("--model-repository", type=Path, default=PROJECT_ROOT / "configs" / "model_repository")
     add("--model", help="model of the repository (default: its first)")
     add("--ours-url", help="use this running server for `ours` instead of starting one")
     add("--ours-grpc-url", help="use this running server's gRPC port (host:port) for `ours-grpc`")
     add("--vllm-url", help="use this running vLLM server for `vllm-openai`")
     add("--kvcache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE (default: 2)")
-    add(
-        "--micro-concurrency",
-        nargs="+",
-        type=int,
-        default=[1, 256],
-        help="micro-benchmark levels (default: 1 256)",
-    )
-    add(
-        "--micro-requests",
-        type=int,
-        default=1024,
-        help="micro-benchmark requests per level (default: 1024)",
-    )
-    add(
-        "--out",
-        type=Path,
-        default=PROJECT_ROOT / "bench" / "results",
-        help="folder of the JSON, the plot and the server logs",
-    )
-    add("--no-plot", dest="plot", action="store_false", help="write no PNG")
-    add("--quiet", action="store_true", help="no progress lines")
-    return parser.parse_args(argv)
 
 
-@dataclass
-class Outcome:
-    results: list[LevelStats] = field(default_factory=list)
-    micro: list[MicroStats] = field(default_factory=list)
-    failures: dict[str, str] = field(default_factory=dict)
+def add_reliability_options(add: Callable[..., Any]) -> None:
+    """The sizes of the burst, the soak and the routing runs."""
+    add(
+        "--burst-requests",
+        type=int,
+        default=256,
+        help="burst: streams sent at once (default: 256)",
+    )
+    add(
+        "--burst-max-tokens",
+        type=int,
+        default=16,
+        help="burst: new tokens per stream (default: 16)",
+    )
+    add("--soak-minutes", type=float, default=30, help="soak: how long (default: 30)")
+    add(
+        "--soak-window-minutes",
+        type=float,
+        default=10,
+        help="soak: one report line per window (default: 10)",
+    )
+    add("--routing-requests", type=int, default=64, help="routing: streams per run (default: 64)")
+    add("--routing-concurrency", type=int, default=4, help="routing: at a time (default: 4)")
+    add(
+        "--routing-kv-blocks",
+        type=int,
+        default=48,
+        help="routing: KV cache blocks of each engine (default: 48; 0: as configured)",
+    )
+    add("--routing-double", action="store_true", help="routing: the engine double (a smoke test)")
 
 
 def model_spec(args: argparse.Namespace) -> ModelSpec:
@@ -135,131 +168,6 @@ def quiet_engine_logs(log_dir: Path) -> None:
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
 
 
-def make_target(name: str, args: argparse.Namespace, spec: ModelSpec, log_dir: Path) -> Any:
-    connections = max(args.concurrency)
-    served = served_name(spec)
-    if name == "engine":
-        return EngineTarget(spec, args.kvcache_gib, log_dir / "engine.log")
-    if name == "ours":
-        server = (
-            None
-            if args.ours_url
-            else ours_server(spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib)
-        )
-        return OursTarget(spec.name, args.ours_url, server, connections)
-    if name == "ours-grpc":
-        return grpc_target(args, spec, log_dir)
-    if name == "ours-openai":
-        server = (
-            None
-            if args.ours_url
-            else ours_server(
-                spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib, name
-            )
-        )
-        return OursOpenAITarget(spec.name, args.ours_url, server, connections)
-    server = (
-        None if args.vllm_url else vllm_openai_server(spec, PROJECT_ROOT, log_dir, args.kvcache_gib)
-    )
-    return VllmOpenAITarget(served, args.vllm_url, server, connections)
-
-
-def grpc_target(args: argparse.Namespace, spec: ModelSpec, log_dir: Path) -> OursGrpcTarget:
-    """`python -m app` started as for `ours`, driven through its gRPC port."""
-    if args.ours_grpc_url:
-        return OursGrpcTarget(spec.name, args.ours_grpc_url, None)
-    server = ours_server(
-        spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib, "ours-grpc"
-    )
-    assert server.grpc_url is not None
-    return OursGrpcTarget(spec.name, server.grpc_url, server)
-
-
-def served_name(spec: ModelSpec) -> str:
-    name = spec.engine_args.get("served_model_name") or spec.engine_args["model"]
-    return name[0] if isinstance(name, list) else str(name)
-
-
-async def run_target(
-    name: str,
-    args: argparse.Namespace,
-    spec: ModelSpec,
-    workload: Workload,
-    progress: Progress,
-    log_dir: Path,
-) -> list[LevelStats]:
-    """Start one target, warm it up, run every level, stop it."""
-    progress.note(f"{name}: starting")
-    started = time.perf_counter()
-    results = []
-    async with make_target(name, args, spec, log_dir) as target:
-        progress.note(f"{name}: ready after {time.perf_counter() - started:.0f} s")
-        source = prompts()
-        if workload.warmup:
-            await run_level(
-                target.stream,
-                max(workload.concurrency),
-                1,
-                workload.max_tokens,
-                prompts("warm-up "),
-            )
-        for concurrency in workload.concurrency:
-            per_client = workload.requests_per_client(concurrency)
-            on_request = progress.level(name, concurrency, per_client * concurrency)
-            run = await run_level(
-                target.stream, concurrency, per_client, workload.max_tokens, source, on_request
-            )
-            results.append(summarize(name, run))
-        progress.note(f"{name}: stopping")
-    return results
-
-
-async def run_all(
-    args: argparse.Namespace, spec: ModelSpec, progress: Progress, log_dir: Path
-) -> Outcome:
-    workload = Workload(
-        tuple(args.concurrency), args.requests, args.min_requests, args.max_tokens, args.warmup
-    )
-    outcome = Outcome()
-    paired = paired_protocols(args)
-    for name in args.targets:
-        if paired and name == "ours-grpc":
-            continue
-        try:
-            if paired and name == "ours":
-                urls = (args.ours_url, args.ours_grpc_url) if args.ours_url else None
-                outcome.results += await run_paired(
-                    spec, args.model_repository, PROJECT_ROOT, log_dir, args.kvcache_gib,
-                    workload, progress, urls,
-                )
-            elif name in MICRO_PROTOCOLS:
-                config = MicroConfig(
-                    tuple(args.micro_concurrency), args.micro_requests, args.max_tokens
-                )
-                progress.note(f"{name}: our app with an engine double that never waits")
-                outcome.micro += await run_micro(
-                    config,
-                    spec.name,
-                    args.model_repository,
-                    PROJECT_ROOT,
-                    log_dir,
-                    progress.level,
-                    MICRO_PROTOCOLS[name],
-                )
-            else:
-                outcome.results += await run_target(name, args, spec, workload, progress, log_dir)
-        except Exception as exc:  # one broken target must not hide the others' figures
-            outcome.failures[name] = f"{type(exc).__name__}: {exc}"
-            progress.note(f"{name}: FAILED: {exc}")
-    return outcome
-
-
-def paired_protocols(args: argparse.Namespace) -> bool:
-    """ours and ours-grpc run as a pair on one server (both started, or both URLs given)."""
-    both = {"ours", "ours-grpc"} <= set(args.targets)
-    return both and args.pair and bool(args.ours_url) == bool(args.ours_grpc_url)
-
-
 def render(outcome: Outcome, found: list, goals: list, grpc: list, found_openai: list) -> str:
     parts = []
     if outcome.results:
@@ -275,6 +183,8 @@ def render(outcome: Outcome, found: list, goals: list, grpc: list, found_openai:
             "Micro-benchmark (HTTP/SSE and gRPC layers, engine double)",
             report.micro_table(outcome.micro),
         ]
+    for name, (lines, _) in outcome.reliability.items():
+        parts += [name.capitalize(), "\n".join(lines)]
     if goals:
         parts += ["Targets", report.checks_text(goals)]
     for name, message in outcome.failures.items():
@@ -301,6 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all()
         stop_new_descendants(before)
+    write_results(outcome, args, argv, spec, stamp)
+    errors = sum(s.errors for s in outcome.results) + sum(m.errors for m in outcome.micro)
+    return 1 if outcome.failures or errors else 0
+
+
+def write_results(
+    outcome: Outcome,
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    spec: ModelSpec,
+    stamp: str,
+) -> None:
+    """The tables and checks printed, the JSON written (and the plot, unless --no-plot)."""
     found = ratios(outcome.results)
     grpc = protocol_ratios(outcome.results)
     found_openai = [r for r in ratios(outcome.results, "ours-openai") if r.versus == "vllm-openai"]
@@ -317,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "grpc_vs_sse": [r.to_dict() for r in grpc],
         "ratios_openai": [r.to_dict() for r in found_openai],
         "micro": [m.to_dict() for m in outcome.micro],
+        "reliability": {name: figures for name, (_, figures) in outcome.reliability.items()},
         "targets": goals,
         "failures": outcome.failures,
     }
@@ -324,17 +248,24 @@ def main(argv: list[str] | None = None) -> int:
     report.write_json(json_path, payload)
     print(f"\nJSON: {json_path}")
     if args.plot and outcome.results:
-        png = args.out / f"bench-{stamp}.png"
-        machine = payload["machine"]
-        report.plot(
-            outcome.results,
-            png,
-            f"{spec.name}, {args.max_tokens} new tokens/request — "
-            f"{machine['cpu']} ({machine['cores']} cores), {stamp}",
-        )
-        print(f"plot: {png}")
-    errors = sum(s.errors for s in outcome.results) + sum(m.errors for m in outcome.micro)
-    return 1 if outcome.failures or errors else 0
+        plot(outcome, args, spec, stamp, payload["machine"])
+
+
+def plot(
+    outcome: Outcome,
+    args: argparse.Namespace,
+    spec: ModelSpec,
+    stamp: str,
+    machine: dict[str, Any],
+) -> None:
+    png = args.out / f"bench-{stamp}.png"
+    report.plot(
+        outcome.results,
+        png,
+        f"{spec.name}, {args.max_tokens} new tokens/request — "
+        f"{machine['cpu']} ({machine['cores']} cores), {stamp}",
+    )
+    print(f"plot: {png}")
 
 
 def run_async(coroutine: Coroutine[Any, Any, Outcome]) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
@@ -36,11 +37,23 @@ class FastEngine:
     def num_unfinished_requests(self) -> int:
         return 0
 
+    @property
+    def progress(self) -> int:
+        return 0
+
+    @property
+    def request_capacity(self) -> int | None:
+        return None
+
     async def abort(self, request_id: str) -> None:
         return None
 
     def render_chat_prompt(self, text: str) -> str:
         return text
+
+    def prefix_tokens(self, text: str, limit: int) -> list[int]:
+        """One token per word (each word's CRC-32)."""
+        return [zlib.crc32(word.encode()) for word in text.split()[:limit]]
 
     async def check_health(self) -> None:
         return None

@@ -65,7 +65,12 @@ class OursGrpcTarget:
     def request(self, prompt: str, max_tokens: int) -> service_pb2.ModelInferRequest:
         """`max_tokens` new tokens at temperature 0 with ignore_eos, no chat template (as the
         HTTP target asks), streamed, prompt excluded, with the token count of each response."""
-        sampling = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0, "apply_chat_template": False}
+        sampling = {
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "apply_chat_template": False,
+        }
         request = service_pb2.ModelInferRequest(model_name=self.model, id=uuid.uuid4().hex)
         tensors = [
             ("text_input", "BYTES", bytes_element(prompt)),

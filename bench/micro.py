@@ -2,9 +2,9 @@
 responses per second and server CPU per response.
 
 The app runs under uvicorn (with its gRPC server in the same loop for `grpc`) in its own
-process with `FastEngine`, which never waits; this process is the load generator. Server CPU time (user + system, all threads) is read with
-psutil before and after each level, so the figure is the server's own cost per event
-whatever the speed of the client.
+process with `FastEngine`, which never waits; this process is the load generator. Server CPU
+time (user + system, all threads) is read with psutil before and after each level, so the
+figure is the server's own cost per event whatever the speed of the client.
 """
 
 from __future__ import annotations

@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=30,
     )
     grpc_server = create_grpc_server(settings, app.state.runtime)
-    server = uvicorn.Server(config) if grpc_server is None else DrainingServer(config, app, grpc_server)
+    server = (
+        uvicorn.Server(config) if grpc_server is None else DrainingServer(config, app, grpc_server)
+    )
     server.run()
 
 

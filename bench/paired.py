@@ -29,7 +29,9 @@ def round_sizes(per_client: int, rounds: int = ROUNDS) -> list[int]:
 
 def merged(concurrency: int, runs: list[LevelRun]) -> LevelRun:
     """The rounds of one protocol as one level: their records, their summed wall time."""
-    return LevelRun(concurrency, [r for run in runs for r in run.records], sum(run.seconds for run in runs))
+    return LevelRun(
+        concurrency, [r for run in runs for r in run.records], sum(run.seconds for run in runs)
+    )
 
 
 async def run_paired(
@@ -44,7 +46,9 @@ async def run_paired(
 ) -> list[LevelStats]:
     """Both targets on one server (or on the running one at `urls`: HTTP base URL, gRPC
     host:port), every level in alternating rounds."""
-    server = None if urls else ours_server(spec, repository, root, log_dir, kvcache_gib, "ours+grpc")
+    server = (
+        None if urls else ours_server(spec, repository, root, log_dir, kvcache_gib, "ours+grpc")
+    )
     http_url, grpc_url = urls or (None, server.grpc_url if server else None)
     assert grpc_url is not None
     sse = OursTarget(spec.name, http_url, server, max(workload.concurrency))
@@ -55,20 +59,35 @@ async def run_paired(
         sources: dict[str, Iterator[str]] = {"ours": prompts("(1) "), "ours-grpc": prompts("(2) ")}
         if workload.warmup:
             for target, namespace in ((sse, "(1) warm-up "), (rpc, "(2) warm-up ")):
-                await run_level(target.stream, max(workload.concurrency), 1, workload.max_tokens, prompts(namespace))
+                await run_level(
+                    target.stream,
+                    max(workload.concurrency),
+                    1,
+                    workload.max_tokens,
+                    prompts(namespace),
+                )
         for concurrency in workload.concurrency:
             per_client = workload.requests_per_client(concurrency)
             runs: dict[str, list[LevelRun]] = {"ours": [], "ours-grpc": []}
-            callbacks = {t.name: progress.level(t.name, concurrency, per_client * concurrency) for t in (sse, rpc)}
+            callbacks = {
+                t.name: progress.level(t.name, concurrency, per_client * concurrency)
+                for t in (sse, rpc)
+            }
             for index, size in enumerate(round_sizes(per_client)):
                 order = (sse, rpc) if index % 2 == 0 else (rpc, sse)
                 for target in order:
                     runs[target.name].append(
                         await run_level(
-                            target.stream, concurrency, size, workload.max_tokens,
-                            sources[target.name], callbacks[target.name],
+                            target.stream,
+                            concurrency,
+                            size,
+                            workload.max_tokens,
+                            sources[target.name],
+                            callbacks[target.name],
                         )
                     )
-            results += [summarize(name, merged(concurrency, rounds)) for name, rounds in runs.items()]
+            results += [
+                summarize(name, merged(concurrency, rounds)) for name, rounds in runs.items()
+            ]
         progress.note("ours, ours-grpc: stopping")
     return results

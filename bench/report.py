@@ -98,7 +98,12 @@ def grpc_table(found: Sequence[Ratio]) -> str:
     """ours-grpc against ours (SSE), per concurrency."""
     header = ["C", "tok/s gRPC/SSE", "TTFT p50 gRPC/SSE", "TTFT p50 gRPC−SSE ms"]
     rows = [
-        [str(r.concurrency), fmt(r.tokens_per_s, 2), fmt(r.ttft_p50, 2), fmt(r.ttft_p50_delta_ms, 1)]
+        [
+            str(r.concurrency),
+            fmt(r.tokens_per_s, 2),
+            fmt(r.ttft_p50, 2),
+            fmt(r.ttft_p50_delta_ms, 1),
+        ]
         for r in found
     ]
     return markdown(header, rows)

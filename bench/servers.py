@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -151,10 +152,8 @@ def reap(processes: list[psutil.Process], timeout_s: float = 15) -> None:
     """Give processes time to exit, then kill those still alive."""
     _, alive = psutil.wait_procs(processes, timeout=timeout_s)
     for process in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
 
 
@@ -178,10 +177,8 @@ def stop_new_descendants(before: set[int], timeout_s: float = 15) -> None:
         if p.pid not in before and not is_resource_tracker(p)
     ]
     for process in left:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             process.terminate()
-        except psutil.NoSuchProcess:
-            pass
     reap(left, timeout_s)
 
 

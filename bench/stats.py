@@ -57,7 +57,7 @@ def summarize(target: str, run: LevelRun) -> LevelStats:
     itls = [
         (later - earlier) / count
         for r in ok
-        for earlier, later, count in zip(r.times, r.times[1:], r.counts[1:])
+        for earlier, later, count in zip(r.times, r.times[1:], r.counts[1:], strict=False)
     ]
     tokens = sum(r.tokens for r in run.records)
     seconds = max(run.seconds, 1e-9)
@@ -121,7 +121,9 @@ def subtract(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round(a - b, 2)
 
 
-def protocol_ratios(results: Sequence[LevelStats], grpc: str = "ours-grpc", sse: str = "ours") -> list[Ratio]:
+def protocol_ratios(
+    results: Sequence[LevelStats], grpc: str = "ours-grpc", sse: str = "ours"
+) -> list[Ratio]:
     """Our gRPC stream against our SSE stream (same server, same workload), per concurrency."""
     by_key = {(s.target, s.concurrency): s for s in results}
     found = []

@@ -94,7 +94,7 @@ def output_to(path: Path) -> Iterator[None]:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        for fd, copy in zip((1, 2), saved):
+        for fd, copy in zip((1, 2), saved, strict=True):
             os.dup2(copy, fd)
             os.close(copy)
 

@@ -84,7 +84,7 @@ async def run_request(stream: StreamFn, prompt: str, max_tokens: int) -> Request
                 record.counts.append(count)
         if record.tokens != max_tokens:
             record.error = f"got {record.tokens} tokens, expected {max_tokens}"
-    except Exception as exc:  # a failed request is a figure, not a crash
+    except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
         record.error = f"{type(exc).__name__}: {exc}"[:300]
     record.end = time.perf_counter()
     return record

@@ -13,11 +13,31 @@ from pathlib import Path
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 
 
-def engine_argv(models: Path, shape: str, raw: Path, levels_run: list[tuple[int, int, int]], tokens: int,
-                engine_args: dict) -> list[str]:
+def engine_argv(
+    models: Path,
+    shape: str,
+    raw: Path,
+    levels_run: list[tuple[int, int, int]],
+    tokens: int,
+    engine_args: dict,
+) -> list[str]:
     levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
-    return [sys.executable, str(LOADGEN), "--target", "engine", "--model-path", str(models / shape), "--levels", levels,
-            "--tokens", str(tokens), "--engine-args", json.dumps(engine_args), "--raw", str(raw)]
+    return [
+        sys.executable,
+        str(LOADGEN),
+        "--target",
+        "engine",
+        "--model-path",
+        str(models / shape),
+        "--levels",
+        levels,
+        "--tokens",
+        str(tokens),
+        "--engine-args",
+        json.dumps(engine_args),
+        "--raw",
+        str(raw),
+    ]
 
 
 @dataclass
@@ -31,12 +51,19 @@ class EngineSession:
 
     @classmethod
     def start(cls, argv: list[str], raw: Path, log: Path) -> EngineSession:
-        process = subprocess.Popen([*argv, "--rounds-from-stdin"], stdin=subprocess.PIPE, text=True,
-                                   stdout=log.open("w"), stderr=subprocess.STDOUT)
+        with log.open("w") as output:  # the engine writes to its own copy
+            process = subprocess.Popen(
+                [*argv, "--rounds-from-stdin"],
+                stdin=subprocess.PIPE,
+                text=True,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         return cls(process, raw)
 
     def wait_ready(self, timeout: float = 900) -> float:
-        """Seconds from the launch until the engine is up (the load generator says so with a file)."""
+        """Seconds from the launch until the engine is up (the load generator says so with a
+        file)."""
         while not self.raw.with_name(f"{self.raw.name}.ready").exists():
             if self.process.poll() is not None or time.time() - self.launched > timeout:
                 raise RuntimeError("the in-process engine did not start")

@@ -74,9 +74,25 @@ def record_profiles(server: int, out: Path, settle: float = 0.5) -> list[subproc
     profilers = []
     for rank, (_, name) in enumerate(busiest, 1):
         pid = name.rsplit(":", 1)[1]
-        argv = ["py-spy", "record", "--pid", pid, "--duration", str(PROFILE_SECONDS), "--rate", "250",
-                "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"busiest-{rank}-{pid}.txt")]
-        profilers.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        argv = [
+            "py-spy",
+            "record",
+            "--pid",
+            pid,
+            "--duration",
+            str(PROFILE_SECONDS),
+            "--rate",
+            "250",
+            "--nonblocking",
+            "--threads",
+            "--format",
+            "raw",
+            "--output",
+            str(out / f"busiest-{rank}-{pid}.txt"),
+        ]
+        profilers.append(
+            subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        )
     return profilers
 
 
@@ -107,7 +123,10 @@ def vllm_latency_totals(url: str) -> dict[str, float]:
     totals = {}
     for key, name in LATENCIES.items():
         if f"{name}_count" in samples:
-            totals[f"{key}_sum"], totals[f"{key}_count"] = samples[f"{name}_sum"], samples[f"{name}_count"]
+            totals[f"{key}_sum"], totals[f"{key}_count"] = (
+                samples[f"{name}_sum"],
+                samples[f"{name}_count"],
+            )
     if totals and "vllm:generation_tokens_total" in samples:
         totals["tokens"] = samples["vllm:generation_tokens_total"]
     return totals
@@ -120,7 +139,9 @@ def server_latency_ms(before: dict[str, float], after: dict[str, float]) -> dict
     for key in LATENCIES:
         count = after.get(f"{key}_count", 0.0) - before.get(f"{key}_count", 0.0)
         if count > 0:
-            means[key] = round(1000 * (after[f"{key}_sum"] - before.get(f"{key}_sum", 0.0)) / count, 3)
+            means[key] = round(
+                1000 * (after[f"{key}_sum"] - before.get(f"{key}_sum", 0.0)) / count, 3
+            )
     finished = after.get("decode_count", 0.0) - before.get("decode_count", 0.0)
     gaps = after.get("tokens", 0.0) - before.get("tokens", 0.0) - finished
     if "decode" in means and gaps > 0:

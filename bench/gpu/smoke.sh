@@ -7,7 +7,7 @@ python3 - <<'PY'
 import json, os, subprocess, sys, time, urllib.request
 sys.path.insert(0, "bench/gpu")
 from pathlib import Path
-from run import ENGINE_ARGS, repository
+from servers import ENGINE_ARGS, repository
 repo = repository(Path("/tmp/models"), "tiny", "smoke", ENGINE_ARGS)
 env = dict(os.environ, FRONTEND_PROCESSES="2")
 log = open(os.environ.get("OUT", "/tmp") + "/smoke.log", "w")

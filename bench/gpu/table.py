@@ -1,6 +1,6 @@
-"""The GPU run's results (results.jsonl of run.py) as the README's table: per model shape and
-C, ours with N frontend processes against `vllm serve` with 1 and with N API processes and
-the in-process engine, then the acceptance checks of the multi-process serving layer."""
+"""The GPU run's results (results.jsonl of run.py) as Markdown: per model shape and C, ours
+with N frontend processes against `vllm serve` with 1 and with N API processes and the
+in-process engine, then the acceptance checks of the multi-process serving layer."""
 
 from __future__ import annotations
 
@@ -45,7 +45,14 @@ def processes(records: list[Record]) -> int:
     return max(paired or ours or [n for _, n in ran] or [1])
 
 
-MEANS = ("tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "server_cpu_us_per_token")
+MEANS = (
+    "tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "server_cpu_us_per_token",
+)
 
 
 def combined(rounds: list[Record]) -> Record:
@@ -53,7 +60,9 @@ def combined(rounds: list[Record]) -> Record:
     figure, and the lowest and highest tok/s."""
     if len(rounds) == 1:
         return rounds[0]
-    mean = {field: sum(r[field] for r in rounds) / len(rounds) for field in MEANS if field in rounds[0]}
+    mean = {
+        field: sum(r[field] for r in rounds) / len(rounds) for field in MEANS if field in rounds[0]
+    }
     speeds = [r["tok_s"] for r in rounds]
     return {**rounds[0], **mean, "rounds": len(rounds), "tok_s_range": (min(speeds), max(speeds))}
 
@@ -73,7 +82,14 @@ def cells(records: list[Record], n: int, ours: str | None = None) -> list[Cell]:
     ours (default `oursN`)."""
     found = measured_by_target(records)
     return [
-        Cell(shape, c, *(found.get((shape, t, c)) for t in ("engine", ours or f"ours{n}", "vllm1", f"vllm{n}")))
+        Cell(
+            shape,
+            c,
+            *(
+                found.get((shape, t, c))
+                for t in ("engine", ours or f"ours{n}", "vllm1", f"vllm{n}")
+            ),
+        )
         for shape, c in sorted({(shape, c) for shape, _, c in found})
     ]
 
@@ -94,11 +110,13 @@ def three(field: str, rows: list[Record | None], digits: int) -> str:
     return " / ".join(fmt(r[field] if r else None, digits) for r in rows)
 
 
-def render(records: list[Record]) -> str:
-    """The Markdown table, the server CPU per token, and the checks, met or not."""
+def render(records: list[Record], detailed: bool = True) -> str:
+    """The Markdown table and the checks, met or not; `detailed` adds each target's figures
+    over its rounds and lists the checks met too (else only those not met)."""
     n = processes(records)
     header = (
-        f"| model | C | engine in-process | ours, {n} processes | vllm serve | vllm serve, {n} API processes "
+        f"| model | C | engine in-process | ours, {n} processes "
+        f"| vllm serve | vllm serve, {n} API processes "
         f"| ours / vllm serve | ours / vllm {n} | ours / engine | ITL p99 ours / vllm / vllm {n} "
         f"| TTFT p50 ours / vllm / vllm {n} | server µs/token ours / vllm / vllm {n} |"
     )
@@ -106,24 +124,43 @@ def render(records: list[Record]) -> str:
     for cell in cells(records, n):
         e, o, v, vn = cell.engine, cell.ours, cell.vllm, cell.vllm_n
         lines.append(
-            f"| {cell.shape} | {cell.c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} | {fmt(v and v['tok_s'])} "
-            f"| {fmt(vn and vn['tok_s'])} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} | {fmt(ratio(o, e), 2)} "
+            f"| {cell.shape} | {cell.c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} "
+            f"| {fmt(v and v['tok_s'])} "
+            f"| {fmt(vn and vn['tok_s'])} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} "
+            f"| {fmt(ratio(o, e), 2)} "
             f"| {three('itl_p99_ms', [o, v, vn], 1)} | {three('ttft_p50_ms', [o, v, vn], 0)} "
             f"| {three('server_cpu_us_per_token', [o, v, vn], 0)} |"
         )
-    lines += ["", *every_target(records)]
-    found_checks = checks(records)
-    lines += ["", f"Checks: {sum(c.met for c in found_checks)} of {len(found_checks)} met"]
-    lines += [f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks]
+    if detailed:
+        lines += ["", *every_target(records)]
+    lines += check_lines("Checks:", checks(records), detailed)
     null = lone_request_checks(records, f"vllm{n}")
     if null:
-        lines += ["", f"The same C = 1 checks of vllm serve with {n} API processes against vllm serve (the same code "
-                  f"for a lone request, so the noise between engine instances): {sum(c.met for c in null)} of {len(null)} met"]
+        lines += [
+            "",
+            f"The same C = 1 checks of vllm serve with {n} API processes "
+            f"against vllm serve (the same code "
+            f"for a lone request, so the noise between engine instances): "
+            f"{sum(c.met for c in null)} of {len(null)} met",
+        ]
     lines += variants(records, n)
     profile = lone_request_profile(records)
     if profile:
         lines += ["", *profile]
     return "\n".join(lines) + "\n"
+
+
+def check_lines(heading: str, found: list[Check], with_met: bool) -> list[str]:
+    """`heading X of Y met`, then a list of the checks not met (with `with_met`, all)."""
+    listed = [c for c in found if with_met or not c.met]
+    lines = ["", f"{heading} {sum(c.met for c in found)} of {len(found)} met"]
+    if listed:
+        lines.append("")
+    return lines + [
+        f"- {'met' if c.met else 'NOT met'}: {c.what}: {round(c.ours, 2)} "
+        f"(bound {round(c.bound, 2)})"
+        for c in listed
+    ]
 
 
 VARIANTS = (
@@ -144,16 +181,17 @@ def variants(records: list[Record], n: int) -> list[str]:
         target = f"ours{n}{suffix}"
         if not any(t == target for _, t, _ in found):
             continue
-        found_checks = checks(records, target)
-        met = sum(c.met for c in found_checks)
-        lines += ["", f"{label} ({target}): checks {met} of {len(found_checks)} met"]
-        lines += [f"- NOT met: {c.what}: {round(c.ours, 2)} (bound {round(c.bound, 2)})" for c in found_checks if not c.met]
+        lines += check_lines(f"{label} ({target}): checks", checks(records, target), False)
+        lines.append("")
         for shape, c in sorted({(shape, c) for shape, t, c in found if t == target}):
             on, off = found[(shape, target, c)], found.get((shape, f"ours{n}", c))
-            lines.append(f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n}"
-                         f"{after_ours}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
-                         f"(ours{n} {fmt(off and off.get('ttft_p50_ms'), 1)}), ITL p99 {fmt(on.get('itl_p99_ms'), 1)} ms "
-                         f"(ours{n} {fmt(off and off.get('itl_p99_ms'), 1)})")
+            lines.append(
+                f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n}"
+                f"{after_ours}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
+                f"(ours{n} {fmt(off and off.get('ttft_p50_ms'), 1)}), "
+                f"ITL p99 {fmt(on.get('itl_p99_ms'), 1)} ms "
+                f"(ours{n} {fmt(off and off.get('itl_p99_ms'), 1)})"
+            )
     return lines
 
 
@@ -173,19 +211,29 @@ def lone_request_profile(records: list[Record]) -> list[str]:
     if not any(r.get("server_ms") for rs in rounds.values() for r in rs):
         return []
     lines = [
-        ("Where a lone request's time goes (interleaved C = 1, ms, means; vLLM's own timings from each "
-         "server's /metrics, – where it exports none):"),
+        (
+            "Where a lone request's time goes (interleaved C = 1, ms, means; "
+            "vLLM's own timings from each "
+            "server's /metrics, – where it exports none):"
+        ),
         "",
-        ("| model | target | tok/s | TTFT client / vLLM | client − vLLM TTFT | queue | prefill "
-         "| decode step | token gap at the client | e2e client / vLLM |"),
+        (
+            "| model | target | tok/s | TTFT client / vLLM | client − vLLM TTFT | queue | prefill "
+            "| decode step | token gap at the client | e2e client / vLLM |"
+        ),
         "|" + "---|" * 10,
     ]
     for (shape, target), rs in sorted(rounds.items()):
         client = {f: mean_of([r.get(f) for r in rs]) for f in CLIENT}
         server = {f: mean_of([r.get("server_ms", {}).get(f) for r in rs]) for f in PROFILED}
-        share = client["ttft_mean_ms"] - server["ttft"] if None not in (client["ttft_mean_ms"], server["ttft"]) else None
+        share = (
+            client["ttft_mean_ms"] - server["ttft"]
+            if None not in (client["ttft_mean_ms"], server["ttft"])
+            else None
+        )
         lines.append(
-            f"| {shape} | {target} | {fmt(client['tok_s'])} | {fmt(client['ttft_mean_ms'], 2)} / {fmt(server['ttft'], 2)} "
+            f"| {shape} | {target} | {fmt(client['tok_s'])} | {fmt(client['ttft_mean_ms'], 2)} "
+            f"/ {fmt(server['ttft'], 2)} "
             f"| {fmt(share, 2)} | {fmt(server['queue'], 2)} | {fmt(server['prefill'], 2)} "
             f"| {fmt(server['decode_per_token'], 3)} | {fmt(client['itl_mean_ms'], 3)} "
             f"| {fmt(client['e2e_mean_ms'], 1)} / {fmt(server['e2e'], 1)} |"
@@ -201,16 +249,20 @@ def mean_of(values: list[float | None]) -> float | None:
 def every_target(records: list[Record]) -> list[str]:
     """Each target's figures, with the range of tok/s over its rounds where it ran several."""
     lines = [
-        "| model | C | target | tok/s (range over rounds) | TTFT p50 / p99 ms | ITL p50 / p99 ms | server µs/token |",
+        "| model | C | target | tok/s (range over rounds) | TTFT p50 / p99 ms "
+        "| ITL p50 / p99 ms | server µs/token |",
         "|" + "---|" * 7,
     ]
-    for (shape, target, c), r in sorted(measured_by_target(records).items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+    for (shape, target, c), r in sorted(
+        measured_by_target(records).items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])
+    ):
         low, high = r.get("tok_s_range", (r["tok_s"], r["tok_s"]))
         spread = f" ({low:,.0f}–{high:,.0f})" if r.get("rounds") else ""
         lines.append(
             f"| {shape} | {c} | {target} | {r['tok_s']:,.0f}{spread} "
             f"| {fmt(r.get('ttft_p50_ms'), 1)} / {fmt(r.get('ttft_p99_ms'), 1)} "
-            f"| {fmt(r.get('itl_p50_ms'), 2)} / {fmt(r.get('itl_p99_ms'), 2)} | {fmt(r.get('server_cpu_us_per_token'))} |"
+            f"| {fmt(r.get('itl_p50_ms'), 2)} / {fmt(r.get('itl_p99_ms'), 2)} "
+            f"| {fmt(r.get('server_cpu_us_per_token'))} |"
         )
     return lines
 
@@ -228,10 +280,16 @@ def checks(records: list[Record], ours: str | None = None) -> list[Check]:
         if v:
             floor = 1.8 if c >= 256 else 1.0
             result.append(at_least(f"{at} tok/s ours / vllm serve", ratio(o, v), floor))
-            result.append(at_most(f"{at} ITL p99 ms ours vs vllm serve", o["itl_p99_ms"], v["itl_p99_ms"]))
-            result.append(at_most(f"{at} TTFT p50 ms ours vs vllm serve", o["ttft_p50_ms"], v["ttft_p50_ms"]))
+            result.append(
+                at_most(f"{at} ITL p99 ms ours vs vllm serve", o["itl_p99_ms"], v["itl_p99_ms"])
+            )
+            result.append(
+                at_most(f"{at} TTFT p50 ms ours vs vllm serve", o["ttft_p50_ms"], v["ttft_p50_ms"])
+            )
         if vn and n > 1:
-            result.append(at_least(f"{at} tok/s ours / vllm serve with {n} API processes", ratio(o, vn), 1.0))
+            result.append(
+                at_least(f"{at} tok/s ours / vllm serve with {n} API processes", ratio(o, vn), 1.0)
+            )
         if e and c >= 256:
             result.append(at_least(f"{at} tok/s ours / engine in-process", ratio(o, e), 0.9))
     return result
@@ -250,13 +308,22 @@ def lone_request_checks(records: list[Record], target: str) -> list[Check]:
             continue
         at = f"{shape} C=1 {target}"
         result.append(at_least(f"{at} tok/s / vllm serve", ratio(other, vllm), 1.0))
-        result.append(at_most(f"{at} ITL p99 ms vs vllm serve", other["itl_p99_ms"], vllm["itl_p99_ms"]))
-        result.append(at_most(f"{at} TTFT p50 ms vs vllm serve", other["ttft_p50_ms"], vllm["ttft_p50_ms"]))
+        result.append(
+            at_most(f"{at} ITL p99 ms vs vllm serve", other["itl_p99_ms"], vllm["itl_p99_ms"])
+        )
+        result.append(
+            at_most(f"{at} TTFT p50 ms vs vllm serve", other["ttft_p50_ms"], vllm["ttft_p50_ms"])
+        )
     return result
 
 
 def at_least(what: str, value: float | None, bound: float) -> Check:
-    return Check(what, value if value is not None else float("nan"), bound, value is not None and value >= bound)
+    return Check(
+        what,
+        value if value is not None else float("nan"),
+        bound,
+        value is not None and value >= bound,
+    )
 
 
 def at_most(what: str, value: float, bound: float) -> Check:

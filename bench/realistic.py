@@ -1,0 +1,238 @@
+"""`python -m bench.realistic`: the realistic workloads (bench/workloads.py: variable lengths,
+shared prefixes, Poisson arrivals, chat) against ours over OpenAI's `/v1` (`ours-openai`),
+Triton's `generate_stream` (`ours-sse`) and Triton's gRPC stream (`ours-grpc`), and against
+`vllm serve` with as many API processes (`vllm`), all driven by vLLM's own client
+(`vllm bench serve`, bench/vllm_client.py) with K client processes started together.
+
+Every server is up at once with the same engine arguments; the workloads run in rounds,
+the targets' order rotated each round. `make bench` runs it after `python -m bench`.
+Writes results.jsonl (a line per level, with each server process's CPU) and table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from app.paths import PROJECT_ROOT
+from bench import workload_report
+from bench.servers import stop_all
+from bench.workload_level import BASE_TARGET, run_level
+from bench.workload_servers import Endpoint, ServerSpec, ours, vllm
+from bench.workloads import SCALES, WORKLOADS
+
+TARGETS = ("ours-openai", "ours-sse", "ours-grpc", "vllm")
+GPU_ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 4096}
+"""As bench/gpu/run.py's (a longer context: chats reach ~2,300 tokens)."""
+GPU_KV_CACHE_GIB = 14
+"""Each server's KV cache on a GPU (kv_cache_memory_bytes): the 1b shape's requests at the
+GPU scale (256 in flight, up to ~1,900 tokens each) fit without preemption."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    gpu = (
+        shutil.which("nvidia-smi") is not None
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
+    parser = argparse.ArgumentParser(prog="python -m bench.realistic", description=__doc__)
+    add = parser.add_argument
+    add("--scale", choices=sorted(SCALES), default="gpu" if gpu else "cpu")
+    add("--workloads", default=",".join(WORKLOADS))
+    add("--targets", default=",".join(TARGETS))
+    add("--rounds", type=int, default=2)
+    add(
+        "--processes",
+        type=int,
+        help="ours' frontend processes = vLLM's API processes "
+        "(default: ours' default on this host, at least 2 on a GPU)",
+    )
+    add("--clients", type=int, help="client processes a level (default: 1 on a CPU, 4 on a GPU)")
+    add("--models", type=Path, default=PROJECT_ROOT / ".cache" / "models")
+    add(
+        "--shapes",
+        help="model folders under --models (default: smollm2 on a CPU, 1b,8b on a GPU; "
+        "the GPU shapes are made when missing)",
+    )
+    add("--base-tree", type=Path, help=f"also run ours from this checkout ({BASE_TARGET})")
+    add_size_options(add)
+    add("--profile", action="store_true", help="py-spy records of each server's processes")
+    add(
+        "--out",
+        type=Path,
+        default=PROJECT_ROOT / "bench" / "results" / time.strftime("workloads-%Y%m%d-%H%M%S"),
+    )
+    return with_defaults(parser.parse_args(argv))
+
+
+def add_size_options(add: Callable[..., Any]) -> None:
+    """A level's size (each the scale's unless given) and each server's KV cache."""
+    add("--prompts", type=int, help="requests a level (default: the scale's)")
+    add(
+        "--concurrency",
+        type=int,
+        help="clients in flight in the closed-loop workloads (default: the scale's)",
+    )
+    add("--input-len", type=int, help="prompt tokens around which they vary (default: the scale's)")
+    add("--output-len", type=int, help="new tokens around which they vary (default: the scale's)")
+    add(
+        "--kv-cache-gib",
+        type=float,
+        default=GPU_KV_CACHE_GIB,
+        help=f"each server's KV cache on a GPU (default: {GPU_KV_CACHE_GIB})",
+    )
+
+
+def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The options left out filled in for this host (a CPU or a GPU) and the scale's sizes."""
+    args.gpu = args.scale == "gpu"
+    overrides = {
+        "prompts": args.prompts,
+        "concurrency": args.concurrency,
+        "input_len": args.input_len,
+        "output_len": args.output_len,
+    }
+    args.sizes = replace(
+        SCALES[args.scale], **{k: v for k, v in overrides.items() if v is not None}
+    )
+    if args.processes is None:
+        from app.settings import Settings
+
+        count = Settings().frontend_process_count()
+        args.processes = max(count, 2) if args.gpu else count
+    args.clients = args.clients or (4 if args.gpu else 1)
+    args.shapes = (args.shapes or ("1b,8b" if args.gpu else "smollm2")).split(",")
+    return args
+
+
+def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
+    """The engine arguments every server gets: on a CPU the default model's model.json with
+    the CPU defaults ours would add (written out, so that vLLM's server gets them too)."""
+    if args.gpu:
+        share = round(0.85 / servers, 2)
+        cache = int(args.kv_cache_gib * 2**30)
+        return {**GPU_ENGINE_ARGS, "gpu_memory_utilization": share, "kv_cache_memory_bytes": cache}
+    from app.engine.cpu_defaults import CpuHost, cpu_engine_defaults
+
+    path = PROJECT_ROOT / "configs" / "model_repository" / "smollm2" / "1" / "model.json"
+    model = json.loads(path.read_text())
+    base = {k: v for k, v in model.items() if k not in ("model", "served_model_name")}
+    chosen, _ = cpu_engine_defaults(base, CpuHost.this())
+    return chosen
+
+
+def start(args: argparse.Namespace, shape: str, log_dir: Path) -> dict[str, Endpoint]:
+    names = args.targets.split(",")
+    servers = 1 + ("vllm" in names) + (args.base_tree is not None)
+    spec = ServerSpec(args.models / shape, shape, engine_args(args, servers), args.processes)
+    endpoints = {"ours": ours(spec, log_dir)}
+    if "vllm" in names:
+        endpoints["vllm"] = vllm(spec, log_dir)
+    if args.base_tree is not None:
+        endpoints["base"] = ours(spec, log_dir, "base", args.base_tree.resolve())
+    for endpoint in endpoints.values():
+        endpoint.server.start()
+        time.sleep(5)  # engines starting at one moment can race for a torch.distributed port
+    import asyncio
+
+    for endpoint in endpoints.values():
+        asyncio.run(endpoint.server.wait_ready(900))
+    return endpoints
+
+
+def endpoint_of(target: str, endpoints: dict[str, Endpoint]) -> Endpoint:
+    if target == BASE_TARGET:
+        return endpoints["base"]
+    return endpoints["vllm" if target == "vllm" else "ours"]
+
+
+def run_shape(args: argparse.Namespace, shape: str, results: Path) -> None:
+    targets = args.targets.split(",") + ([BASE_TARGET] if args.base_tree is not None else [])
+    endpoints = start(args, shape, args.out / "logs" / shape)
+    try:
+        for number in range(args.rounds):
+            for name in args.workloads.split(","):
+                run_round(args, shape, name, number, targets, endpoints, results)
+        if args.profile:
+            profile(args, shape, targets, endpoints, results)
+    finally:
+        for endpoint in endpoints.values():
+            endpoint.server.stop()
+
+
+def run_round(
+    args: argparse.Namespace,
+    shape: str,
+    name: str,
+    number: int,
+    targets: list[str],
+    endpoints: dict[str, Endpoint],
+    results: Path,
+) -> None:
+    """Round `number` of workload `name` over the targets, their order turned by the round."""
+    shift = number % len(targets)
+    for target in targets[shift:] + targets[:shift]:
+        folder = args.out / "raw" / shape / f"{name}-{target}-r{number}"
+        level = run_level(args, shape, name, target, endpoint_of(target, endpoints), folder)
+        if level is not None:
+            record = {"shape": shape, "workload": name, "target": target, "round": number}
+            write(results, {**record, **level})
+
+
+def profile(
+    args: argparse.Namespace,
+    shape: str,
+    targets: list[str],
+    endpoints: dict[str, Endpoint],
+    results: Path,
+) -> None:
+    """One more `variable` level of each OpenAI target with py-spy records of its server."""
+    for target in ("ours-openai", "vllm", BASE_TARGET):
+        if target in targets:
+            folder = args.out / "raw" / shape / f"profile-{target}"
+            records = args.out / "profiles" / f"{shape}-{target}"
+            endpoint = endpoint_of(target, endpoints)
+            level = run_level(args, shape, "variable", target, endpoint, folder, records)
+            record = {"shape": shape, "workload": "variable", "target": target}
+            write(results, {**record, "round": "profile", **(level or {})})
+
+
+def write(path: Path, record: dict[str, Any]) -> None:
+    shown = {k: v for k, v in record.items() if k not in ("server_cpu_s", "log_tail")}
+    print(json.dumps(shown), flush=True)
+    with path.open("a") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.gpu:
+        from bench.gpu.mkmodels import ensure_shapes
+
+        ensure_shapes(args.models, args.shapes, args.models / "smollm2")
+    results = args.out / "results.jsonl"
+    try:
+        for shape in args.shapes:
+            run_shape(args, shape, results)
+    finally:
+        stop_all()
+    records = workload_report.load(results) if results.exists() else []
+    records = [r for r in records if r.get("round") != "profile"]
+    table = workload_report.render(records, "gpu" if args.gpu else "cpu")
+    (args.out / "table.md").write_text(table)
+    print(table)
+    return 0 if all(r.get("failed", 0) == 0 and "failed_level" not in r for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
