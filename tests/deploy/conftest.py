@@ -40,9 +40,14 @@ def tool(name: str) -> Path:
     return path
 
 
-def helm(*args: str) -> subprocess.CompletedProcess[str]:
+def helm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(tool("helm")), *args], capture_output=True, text=True, check=False, timeout=120
+        [str(tool("helm")), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=cwd,
     )
 
 
@@ -89,7 +94,9 @@ def env(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
 
 def model_repository_files(docs: tuple[dict[str, Any], ...]) -> dict[str, str]:
     """Files of the mounted model repository: path -> text, as the ConfigMap volume lays them."""
-    data = one(docs, "ConfigMap")["data"]
     pod = server_pod(docs)
     (volume,) = [v for v in pod["volumes"] if v["name"] == "model-repository"]
+    name = volume["configMap"]["name"]
+    (config_map,) = [doc for doc in find(docs, "ConfigMap") if doc["metadata"]["name"] == name]
+    data = config_map["data"]
     return {item["path"]: data[item["key"]] for item in volume["configMap"]["items"]}

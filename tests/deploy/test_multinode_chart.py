@@ -54,8 +54,16 @@ REQUIRED = {
 }
 ENUMS = {
     "spec.startupPolicy": {"LeaderCreated", "LeaderReady"},
-    "spec.leaderWorkerTemplate.restartPolicy": {"RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None", "Default"},
-    "spec.leaderWorkerTemplate.subGroupPolicy.subGroupPolicyType": {"LeaderWorker", "LeaderExcluded"},
+    "spec.leaderWorkerTemplate.restartPolicy": {
+        "RecreateGroupOnPodRestart",
+        "RecreateGroupAfterStart",
+        "None",
+        "Default",
+    },
+    "spec.leaderWorkerTemplate.subGroupPolicy.subGroupPolicyType": {
+        "LeaderWorker",
+        "LeaderExcluded",
+    },
     "spec.rolloutStrategy.type": {"RollingUpdate"},
     "spec.networkConfig.subdomainPolicy": {"Shared", "UniquePerReplica"},
 }
@@ -88,18 +96,29 @@ def pod_template_problems(template: Any, where: str) -> list[str]:
     """A PodTemplateSpec, checked strictly by the Kubernetes schema of a v1 PodTemplate."""
     problems = []
     for version in KUBERNETES_VERSIONS:
-        holder = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
+        holder = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t"},
+            "template": template,
+        }
         try:
             schemas.validate(holder, version, strict=True)
         except schemas.ValidationError as exc:
             inside = list(exc.path)[1:]  # the path below the holder's "template"
-            problems.append(f"{where}.{'.'.join(map(str, inside))} (Kubernetes {version}): {exc.message}")
+            problems.append(
+                f"{where}.{'.'.join(map(str, inside))} (Kubernetes {version}): {exc.message}"
+            )
     return problems
 
 
 def lws_problems(doc: dict[str, Any]) -> list[str]:
-    problems = [] if doc.get("apiVersion") == LWS_API_VERSION else [f"apiVersion: {doc.get('apiVersion')}"]
-    problems += [f"{key}: unknown field" for key in set(doc) - {"apiVersion", "kind", "metadata", "spec"}]
+    problems = (
+        [] if doc.get("apiVersion") == LWS_API_VERSION else [f"apiVersion: {doc.get('apiVersion')}"]
+    )
+    problems += [
+        f"{key}: unknown field" for key in set(doc) - {"apiVersion", "kind", "metadata", "spec"}
+    ]
     return problems + field_problems(doc["spec"], LWS_SPEC, "spec")
 
 
@@ -133,14 +152,25 @@ def test_the_leader_worker_set_matches_the_lws_api_field_by_field() -> None:
         (lambda d: group(d).update(sizee=2), "spec.leaderWorkerTemplate.sizee: unknown field"),
         (lambda d: group(d).update(size="2"), "spec.leaderWorkerTemplate.size: str is not"),
         (lambda d: group(d).update(restartPolicy="Always"), "restartPolicy: 'Always' not one of"),
-        (lambda d: d["spec"].update(startupPolicy="LeaderStarted"), "spec.startupPolicy: 'LeaderStarted'"),
-        (lambda d: group(d).pop("workerTemplate"), "spec.leaderWorkerTemplate.workerTemplate: required"),
-        (lambda d: group(d)["workerTemplate"]["spec"].update(restartPolicyy="Always"), "workerTemplate.spec"),
+        (
+            lambda d: d["spec"].update(startupPolicy="LeaderStarted"),
+            "spec.startupPolicy: 'LeaderStarted'",
+        ),
+        (
+            lambda d: group(d).pop("workerTemplate"),
+            "spec.leaderWorkerTemplate.workerTemplate: required",
+        ),
+        (
+            lambda d: group(d)["workerTemplate"]["spec"].update(restartPolicyy="Always"),
+            "workerTemplate.spec",
+        ),
         (lambda d: d["spec"]["rolloutStrategy"].pop("type"), "spec.rolloutStrategy.type: required"),
         (lambda d: d.update(apiVersion="leaderworkerset.x-k8s.io/v1alpha1"), "apiVersion"),
     ],
 )
-def test_the_field_check_rejects_what_the_lws_api_does_not_accept(change: Any, problem: str) -> None:
+def test_the_field_check_rejects_what_the_lws_api_does_not_accept(
+    change: Any, problem: str
+) -> None:
     doc = copy.deepcopy(lws())
     change(doc)
     assert any(problem in found for found in lws_problems(doc)), lws_problems(doc)
@@ -150,7 +180,9 @@ def test_group_size_gpus_and_shared_memory_of_every_pod() -> None:
     docs = render("multi-node")
     spec = group(one(docs, "LeaderWorkerSet"))
     assert spec["size"] == 2 and spec["restartPolicy"] == "RecreateGroupOnPodRestart"
-    (model_json,) = [json.loads(t) for p, t in model_repository_files(docs).items() if p.endswith("model.json")]
+    (model_json,) = [
+        json.loads(t) for p, t in model_repository_files(docs).items() if p.endswith("model.json")
+    ]
     assert model_json["distributed_executor_backend"] == "ray"
     for template in (spec["leaderTemplate"], spec["workerTemplate"]):
         container = only_container(template)
@@ -160,8 +192,13 @@ def test_group_size_gpus_and_shared_memory_of_every_pod() -> None:
         (shm,) = [v for v in template["spec"]["volumes"] if v["name"] == "dshm"]
         assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
         assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-        assert {"name": "weights", "mountPath": "/weights", "readOnly": True} in container["volumeMounts"]
-    assert spec["size"] * 8 == model_json["tensor_parallel_size"] * model_json["pipeline_parallel_size"]
+        assert {"name": "weights", "mountPath": "/weights", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+    assert (
+        spec["size"] * 8
+        == model_json["tensor_parallel_size"] * model_json["pipeline_parallel_size"]
+    )
 
 
 def test_probes_on_the_leader_only() -> None:
@@ -171,7 +208,9 @@ def test_probes_on_the_leader_only() -> None:
     assert leader["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert leader["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
     assert not {"readinessProbe", "startupProbe", "livenessProbe"} & set(worker)
-    assert lws()["spec"]["startupPolicy"] == "LeaderCreated"  # the leader is ready only with its workers
+    assert (
+        lws()["spec"]["startupPolicy"] == "LeaderCreated"
+    )  # the leader is ready only with its workers
 
 
 def test_the_service_selects_the_leaders_only() -> None:
@@ -185,7 +224,11 @@ def test_the_service_selects_the_leaders_only() -> None:
 def test_the_hpa_scales_groups() -> None:
     docs = render("multi-node", ("autoscaling.enabled=true",))
     target = one(docs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
-    assert target == {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "name": one(docs, "LeaderWorkerSet")["metadata"]["name"]}
+    assert target == {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "name": one(docs, "LeaderWorkerSet")["metadata"]["name"],
+    }
     assert "replicas" not in one(docs, "LeaderWorkerSet")["spec"]
 
 
@@ -206,14 +249,18 @@ def fake_tools(folder: Path, ray_status_failures: int) -> dict[str, str]:
     count.write_text("0")
     scripts = {
         "ray": f'echo "ray $*" >> {log}\nif [ "$1" = status ]; then\n'
-        f"  n=$(cat {count}); echo $((n + 1)) > {count}; [ \"$n\" -ge {ray_status_failures} ]\nfi\n",
+        f'  n=$(cat {count}); echo $((n + 1)) > {count}; [ "$n" -ge {ray_status_failures} ]\nfi\n',
         "python": f'echo "python $*" >> {log}\n',
         "sleep": "exit 0\n",
     }
     for name, body in scripts.items():
         (folder / name).write_text("#!/bin/sh\n" + body)
         (folder / name).chmod(0o755)
-    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "POD_IP": "10.1.2.3", "LWS_LEADER_ADDRESS": "g-0.g"}
+    return {
+        "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}",
+        "POD_IP": "10.1.2.3",
+        "LWS_LEADER_ADDRESS": "g-0.g",
+    }
 
 
 def run_container_command(container: dict[str, Any], env: dict[str, str]) -> list[str]:
@@ -223,7 +270,9 @@ def run_container_command(container: dict[str, Any], env: dict[str, str]) -> lis
 
 
 def test_the_leader_starts_the_ray_head_then_the_server(tmp_path: Path) -> None:
-    calls = run_container_command(only_container(group(lws())["leaderTemplate"]), fake_tools(tmp_path / "bin", 0))
+    calls = run_container_command(
+        only_container(group(lws())["leaderTemplate"]), fake_tools(tmp_path / "bin", 0)
+    )
     assert calls == [
         (
             "ray start --head --port=6379 --dashboard-host=0.0.0.0 --dashboard-port=8265"
@@ -234,7 +283,9 @@ def test_the_leader_starts_the_ray_head_then_the_server(tmp_path: Path) -> None:
 
 
 def test_a_worker_waits_for_the_head_then_joins_it(tmp_path: Path) -> None:
-    worker = only_container(group(lws(("multiNode.rayStartArgs={--object-store-memory=1000000000}",)))["workerTemplate"])
+    worker = only_container(
+        group(lws(("multiNode.rayStartArgs={--object-store-memory=1000000000}",)))["workerTemplate"]
+    )
     calls = run_container_command(worker, fake_tools(tmp_path / "bin", ray_status_failures=2))
     join = (
         "ray start --address=g-0.g:6379 --block --node-ip-address=10.1.2.3 --num-gpus=8"
@@ -250,8 +301,14 @@ def test_a_worker_waits_for_the_head_then_joins_it(tmp_path: Path) -> None:
         (("gpus=0",), "multiNode needs gpus per pod"),
         (("image.variant=cpu",), "multiNode needs image.variant gpu: the CPU image carries no Ray"),
         (("gpus=4",), "= 16 needs more than multiNode.size x gpus = 8"),
-        (("modelRepository.models[0].modelJson.distributed_executor_backend=mp",), "needs distributed_executor_backend: ray"),
-        (("multiNode.restartPolicy=Default",), "restartPolicy must be RecreateGroupOnPodRestart or None"),
+        (
+            ("modelRepository.models[0].modelJson.distributed_executor_backend=mp",),
+            "needs distributed_executor_backend: ray",
+        ),
+        (
+            ("multiNode.restartPolicy=Default",),
+            "restartPolicy must be RecreateGroupOnPodRestart or None",
+        ),
     ],
 )
 def test_render_refuses_a_group_that_cannot_serve(values: tuple[str, ...], message: str) -> None:

@@ -161,9 +161,47 @@ LeaderWorkerSet's leader). */}}
       name: {{ . }}
       key: {{ $.Values.apiKeys.secretKey }}
 {{- end }}
+{{- include "tvg.tlsEnv" . }}
+{{- range $name, $value := .Values.settings }}
+- name: {{ $name }}
+  value: {{ if kindIs "slice" $value }}{{ toJson $value | quote }}{{ else }}{{ toString $value | quote }}{{ end }}
+{{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* TLS settings for the Secret mounted at /tls (values `tls`). */}}
+{{- define "tvg.tlsEnv" -}}
+{{- with .Values.tls }}
+{{- if .secretName }}
+{{- if .http }}
+- name: HTTP_SSL_CERTFILE
+  value: /tls/tls.crt
+- name: HTTP_SSL_KEYFILE
+  value: /tls/tls.key
+{{- end }}
+{{- if .grpc }}
+- name: GRPC_USE_SSL
+  value: "true"
+- name: GRPC_SERVER_CERT
+  value: /tls/tls.crt
+- name: GRPC_SERVER_KEY
+  value: /tls/tls.key
+{{- if .grpcMutual }}
+- name: GRPC_USE_SSL_MUTUAL
+  value: "true"
+- name: GRPC_ROOT_CERT
+  value: /tls/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "HTTPS" when the HTTP port serves TLS: the probes' scheme. */}}
+{{- define "tvg.httpsProbes" -}}
+{{- if and .Values.tls.secretName .Values.tls.http }}true{{- end }}
 {{- end }}
 
 {{/* The server container's ports: http, grpc, metrics. */}}
