@@ -18,7 +18,8 @@ class ClientDisconnected(Exception):
 
 
 async def until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`, cancelling it (and so aborting its engine request) if the client leaves."""
+    """Await `awaitable`, cancelling it (and so aborting its engine request) if the client
+    leaves."""
     work = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(wait_for_disconnect(request))
     try:

@@ -3,7 +3,7 @@ whose shape depends on the API the path belongs to (Triton's `{"error": "..."}` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import (
+    ForbiddenError,
     InvalidRequestError,
     ModelLoadError,
     ModelNotFoundError,
@@ -23,12 +24,15 @@ from app.errors import (
     ServerError,
     UnauthorizedError,
     UnprocessableContentError,
+    UnsupportedMediaTypeError,
 )
 from app.http.access_log import current_request
 from app.schemas.validation import format_validation_errors
 
 STATUS_BY_ERROR: dict[type[ServerError], int] = {
     PayloadTooLargeError: 413,
+    UnsupportedMediaTypeError: 415,
+    ForbiddenError: 403,
     UnprocessableContentError: 422,
     NotSupportedError: 501,
     InvalidRequestError: 400,
@@ -85,7 +89,9 @@ class ErrorBodies:
         self._by_prefix.sort(key=lambda entry: len(entry[0]), reverse=True)
 
     def for_path(self, path: str) -> ErrorBody:
-        return next((body for prefix, body in self._by_prefix if path.startswith(prefix)), self._default)
+        return next(
+            (body for prefix, body in self._by_prefix if path.startswith(prefix)), self._default
+        )
 
 
 TRITON_ERRORS = ErrorBodies()
@@ -96,7 +102,7 @@ def error_response(
     path: str = "",
     bodies: ErrorBodies = TRITON_ERRORS,
     status: int | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """`exc` answered with its status (or `status`) in the shape of the API `path` is under."""
     status = status or http_status(exc)
@@ -111,7 +117,7 @@ def install_error_handlers(app: FastAPI, bodies: ErrorBodies = TRITON_ERRORS) ->
         assert isinstance(exc, ServerError)
         record = current_request.get()
         if record is not None:
-            record.error = exc.message
+            record.error = exc.detail
         return error_response(exc, request.url.path, bodies)
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -124,7 +124,8 @@ def bearer_token(scope: Scope) -> str | None:
 
 
 def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None
