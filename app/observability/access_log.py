@@ -46,7 +46,9 @@ class RequestLog:
 
     def fields(self) -> dict[str, Any]:
         total_ms = (time.perf_counter() - self.started) * 1000
-        ttft_ms = None if self.first_token_at is None else (self.first_token_at - self.started) * 1000
+        ttft_ms = (
+            None if self.first_token_at is None else (self.first_token_at - self.started) * 1000
+        )
         data: dict[str, Any] = {
             "request_id": self.request_id,
             "method": self.method,
@@ -80,7 +82,9 @@ def write_access_log(record: RequestLog, log_prompts: bool) -> None:
 def format_plain(data: dict[str, Any]) -> str:
     """`key=value` pairs (logfmt): a value with a space, quote, `=` or control character is
     quoted and escaped, so that no client-sent text can forge a field or a log line."""
-    return " ".join(f"{key}={plain_value(value)}" for key, value in data.items() if value is not None)
+    return " ".join(
+        f"{key}={plain_value(value)}" for key, value in data.items() if value is not None
+    )
 
 
 def plain_value(value: Any) -> str:
@@ -98,21 +102,11 @@ def escape(match: re.Match[str]) -> str:
 class AccessJsonFormatter(JsonFormatter):
     """JSON lines; an access record's fields become top-level keys."""
 
-    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+    def add_fields(
+        self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]
+    ) -> None:
         super().add_fields(log_data, record, message_dict)
         access = log_data.pop("access", None)
         if access:
             log_data.pop("message", None)
             log_data.update(access)
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    """Plain text by default; JSON lines (python-json-logger) when `log_format` is json."""
-    handler = logging.StreamHandler()
-    if log_format == "json":
-        handler.setFormatter(AccessJsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())

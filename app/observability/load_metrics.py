@@ -14,7 +14,8 @@ from app.repository.registry import ModelRegistry
 class ModelLoadCollector(Collector):
     """`server_requests_in_flight` (admitted by this server, running or queued),
     `server_engine_requests_unfinished` (the engine's own count) per served model version,
-    and `server_engine_restarts_total` per model version that was ever restarted.
+    `server_engine_restarts_total` per model version that was ever restarted and
+    `server_requests_migrated_total` per model version whose requests resumed on a new engine.
 
     Read when scraped, so they are exact even while the engine is idle (vLLM's own
     `vllm:num_requests_*` gauges only change when the engine steps).
@@ -37,14 +38,23 @@ class ModelLoadCollector(Collector):
         for served in self._registry:
             labels = [served.name, served.version]
             in_flight.add_metric(labels, len(served.in_flight))
-            unfinished.add_metric(labels, served.engine.num_unfinished_requests)
+            unfinished.add_metric(labels, served.num_unfinished_requests)
         yield in_flight
         yield unfinished
         restarts = CounterMetricFamily(
             "server_engine_restarts",
-            "Engines replaced after a failure (engine process gone, dead, or a failed health probe).",
+            "Engines replaced after a failure "
+            "(engine process gone, dead, or a failed health probe).",
             labels=LABELS,
         )
         for (name, version), count in sorted(self._registry.restarts.items()):
             restarts.add_metric([name, version], count)
         yield restarts
+        migrated = CounterMetricFamily(
+            "server_requests_migrated",
+            "Requests that resumed on a restarted engine after theirs failed.",
+            labels=LABELS,
+        )
+        for (name, version), count in sorted(self._registry.migrations.items()):
+            migrated.add_metric([name, version], count)
+        yield migrated

@@ -1,20 +1,53 @@
 """Per-model inference statistics in Triton's terms, fed by the generation core for every
-protocol (a `StatisticsRecorder`); read by the statistics extension of each frontend."""
+protocol (a `StatisticsRecorder`); read by the statistics extension of each frontend and by
+Triton's `nv_inference_*` metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
-
 from app.core.timing import RequestTiming
-from app.observability.labels import MODEL_LABELS
+from app.errors import (
+    EngineUnhealthyError,
+    ModelUnavailableError,
+    OverloadedError,
+    RequestTimeoutError,
+    ServerError,
+)
+from app.observability.distributions import BucketCounts, SlidingQuantiles
 
 BATCH_SIZE = 1
 """Every request runs as its own execution (the backend's decoupled model has no batching)."""
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+"""Triton's reasons of a failed request (the `reason` label of nv_inference_request_failure)."""
+LATENCIES = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+"""The phases of a request Triton's latency counters and summaries report."""
+
+
+def failure_reason(timing: RequestTiming) -> str:
+    """Triton's reason for a failed request: REJECTED when the server turned it away (over
+    capacity, past its deadline), CANCELED when the client left before its response was
+    complete, BACKEND for an error of the model (after admission), OTHER for the rest."""
+    error = timing.error
+    if timing.cancelled:
+        return "CANCELED"
+    if isinstance(error, (OverloadedError, RequestTimeoutError)):
+        return "REJECTED"
+    if isinstance(error, EngineUnhealthyError):
+        return "BACKEND"
+    if isinstance(error, ModelUnavailableError) or timing.admitted_ns is None:
+        return "OTHER"
+    return "BACKEND" if isinstance(error, ServerError) else "OTHER"
+
+
+@dataclass(frozen=True)
+class LatencyOptions:
+    """Triton's optional latency metrics: the first-response histogram's bucket bounds (ms)
+    and the summaries' quantiles; None: not kept."""
+
+    histogram_buckets: tuple[float, ...] | None = None
+    summary_quantiles: tuple[float, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -45,19 +78,62 @@ class ModelStatistics:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    first_response_ms: BucketCounts | None = None
+    summaries_us: dict[str, SlidingQuantiles] | None = None
+
+    @classmethod
+    def with_options(cls, options: LatencyOptions) -> ModelStatistics:
+        stats = cls()
+        if options.histogram_buckets is not None:
+            stats.first_response_ms = BucketCounts(options.histogram_buckets)
+        if options.summary_quantiles is not None:
+            stats.summaries_us = {phase: SlidingQuantiles() for phase in LATENCIES}
+        return stats
 
     def record(self, timing: RequestTiming) -> None:
         self.last_inference = max(self.last_inference, timing.arrived_ms)
+        first_response = timing.first_response_delay_ns
+        if self.first_response_ms is not None and first_response is not None:
+            self.first_response_ms.observe(first_response / 1e6)
         if timing.failed:
             self.fail.add(timing.total_ns)
+            self.failures[failure_reason(timing)] += 1
             return
         self.inference_count += BATCH_SIZE
         self.execution_count += 1
-        self.success.add(timing.total_ns)
-        self.queue.add(timing.queue_ns)
-        self.compute_input.add(timing.input_ns)
-        self.compute_infer.add(timing.infer_ns)
-        self.compute_output.add(timing.output_ns)
+        phases = (
+            timing.total_ns,
+            timing.queue_ns,
+            timing.input_ns,
+            timing.infer_ns,
+            timing.output_ns,
+        )
+        for duration, ns in zip(
+            (self.success, self.queue, self.compute_input, self.compute_infer, self.compute_output),
+            phases,
+            strict=True,
+        ):
+            duration.add(ns)
+        if self.summaries_us is not None:
+            for phase, ns in zip(LATENCIES, phases, strict=True):
+                self.summaries_us[phase].observe(ns / 1000)
+
+    def durations(self) -> dict[str, Duration]:
+        """Each latency phase's total, by Triton's phase name."""
+        return dict(
+            zip(
+                LATENCIES,
+                (
+                    self.success,
+                    self.queue,
+                    self.compute_input,
+                    self.compute_infer,
+                    self.compute_output,
+                ),
+                strict=True,
+            )
+        )
 
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """Triton's JSON for one model version, members in Triton's order."""
@@ -90,19 +166,24 @@ class ModelStatistics:
 class InferenceStatistics:
     """Statistics of every model version this process served (a `StatisticsRecorder`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, options: LatencyOptions | None = None) -> None:
+        self.options = options or LatencyOptions()
         self._models: dict[tuple[str, str], ModelStatistics] = {}
 
     def record_request(self, timing: RequestTiming) -> None:
         key = (timing.model, timing.version)
         stats = self._models.get(key)
         if stats is None:
-            stats = self._models[key] = ModelStatistics()
+            stats = self._models[key] = ModelStatistics.with_options(self.options)
         stats.record(timing)
 
     def model_json(self, name: str, version: str) -> dict[str, Any]:
         """Triton's statistics of one model version (zeros when it has served nothing)."""
         return self._models.get((name, version), ModelStatistics()).to_json(name, version)
+
+    def model(self, name: str, version: str) -> ModelStatistics:
+        """One model version's statistics (empty ones, not kept, when it has served nothing)."""
+        return self._models.get((name, version)) or ModelStatistics.with_options(self.options)
 
     def forget(self, name: str) -> None:
         """Drop a model's counters (it was unloaded: a reload starts from zero, as in Triton)."""
@@ -111,31 +192,3 @@ class InferenceStatistics:
 
     def items(self) -> list[tuple[tuple[str, str], ModelStatistics]]:
         return sorted(self._models.items())
-
-
-class StatisticsCollector(Collector):
-    """Triton's own request counters from the statistics, read at scrape time:
-    `nv_inference_request_success` and `nv_inference_request_failure` (a request that
-    failed after its stream began counts as a failure), `nv_inference_count`,
-    `nv_inference_exec_count`, and the total request time in microseconds."""
-
-    def __init__(self, statistics: InferenceStatistics) -> None:
-        self._statistics = statistics
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        families = {
-            "nv_inference_request_success": "Successful inference requests.",
-            "nv_inference_request_failure": "Failed inference requests, also those that failed mid-stream.",
-            "nv_inference_count": "Inferences performed.",
-            "nv_inference_exec_count": "Inference executions performed.",
-            "nv_inference_request_duration_us": "Cumulative inference request duration in microseconds.",
-        }
-        made = {name: CounterMetricFamily(name, doc, labels=MODEL_LABELS) for name, doc in families.items()}
-        for (name, version), stats in self._statistics.items():
-            labels = [name, version]
-            made["nv_inference_request_success"].add_metric(labels, stats.success.count)
-            made["nv_inference_request_failure"].add_metric(labels, stats.fail.count)
-            made["nv_inference_count"].add_metric(labels, stats.inference_count)
-            made["nv_inference_exec_count"].add_metric(labels, stats.execution_count)
-            made["nv_inference_request_duration_us"].add_metric(labels, (stats.success.ns + stats.fail.ns) // 1000)
-        yield from made.values()

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.limits import RequestLimits, check_count, check_name, check_sampling
 from app.core.types import GenerationRequest, LoraAdapter
 from app.errors import InvalidRequestError
 from app.repository.served_model import ServedModel
@@ -24,6 +25,7 @@ STREAM_WITH_INPUT_MESSAGE = (
     "Error generating stream: When streaming, `exclude_input_in_output` = False is not allowed."
 )
 """The backend's text, as its CI checks it (the backend raises it inside its generation loop)."""
+DEFAULT_LIMITS = RequestLimits()
 INPUT_NAMES = frozenset(name for name, *_ in BACKEND_INPUTS)
 """The model's input names: a key inside `parameters` with one of these names is that input."""
 
@@ -68,15 +70,25 @@ class TritonRequest:
         return self.generation.n
 
 
-def triton_request(body: GenerateRequest, model: ServedModel, policy: StreamPolicy) -> TritonRequest:
-    """Read the request as the backend does; every invalid input is a 400 naming its field."""
+def triton_request(
+    body: GenerateRequest,
+    model: ServedModel,
+    policy: StreamPolicy,
+    limits: RequestLimits = DEFAULT_LIMITS,
+) -> TritonRequest:
+    """Read the request as the backend does; every invalid input is a 400 naming its field.
+    The server's limits are checked before any work whose size the request chooses."""
     body = lift_inputs(body)
     parameters = collect_parameters(body)
+    check_sampling(parameters, limits, PARAMETERS_FIELD)
+    check_count("image", image_count(body.image), limits.max_images)
     stream = first_set(body.stream, parameters.pop("stream", None), policy.default)
     if stream and policy.refusal:
         raise InvalidRequestError(policy.refusal)
     lora_name = parameters.pop("lora_name", None)
-    chat_template = first_set(parameters.pop("apply_chat_template", None), model.spec.flag(APPLY_CHAT_TEMPLATE))
+    chat_template = first_set(
+        parameters.pop("apply_chat_template", None), model.spec.flag(APPLY_CHAT_TEMPLATE)
+    )
     if body.exclude_input_in_output is None:
         prepend_input = not stream
     else:
@@ -99,7 +111,7 @@ def triton_request(body: GenerateRequest, model: ServedModel, policy: StreamPoli
         sampling=parameters,
         stream=stream,
         chat_template=bool(chat_template),
-        images=decode_images(body.image, model),
+        images=decode_images(body.image, model, limits.max_image_pixels),
         lora=resolve_lora(lora_name, model),
         parameters_field=PARAMETERS_FIELD,
     )
@@ -117,10 +129,14 @@ def lift_inputs(body: GenerateRequest) -> GenerateRequest:
     for key in lifted:
         if key == "text_input" or getattr(body, key) is not None:
             raise InvalidRequestError(f"{PARAMETERS_FIELD}.{key}: also given as the input '{key}'")
-    inputs = validate_data(GenerateRequest, {"text_input": body.text_input, **lifted}, PARAMETERS_FIELD)
+    inputs = validate_data(
+        GenerateRequest, {"text_input": body.text_input, **lifted}, PARAMETERS_FIELD
+    )
     parameters = body.parameters.model_copy()
     parameters.__pydantic_extra__ = {k: v for k, v in (extra or {}).items() if k not in lifted}
-    return body.model_copy(update={"parameters": parameters, **{key: getattr(inputs, key) for key in lifted}})
+    return body.model_copy(
+        update={"parameters": parameters, **{key: getattr(inputs, key) for key in lifted}}
+    )
 
 
 def first_set(*values: Any) -> Any:
@@ -159,30 +175,57 @@ def resolve_lora(name: str | None, model: ServedModel) -> LoraAdapter | None:
     """The adapter for `lora_name`, with the backend's error messages."""
     if name is None:
         return None
+    check_name(f"{PARAMETERS_FIELD}.lora_name", name)
     loras = model.spec.loras
     if loras is None:
         raise InvalidRequestError("LoRA feature is not enabled.")
     if name not in loras:
-        raise InvalidRequestError(f"LoRA {name} is not supported, we currently support {list(loras)}")
+        raise InvalidRequestError(
+            f"LoRA {name} is not supported, we currently support {list(loras)}"
+        )
     return LoraAdapter(name=name, int_id=list(loras).index(name) + 1, path=loras[name])
 
 
-def decode_images(images: list[str] | str | None, model: ServedModel) -> list[Any]:
+def image_count(images: list[str] | str | None) -> int:
+    if not images:
+        return 0
+    return 1 if isinstance(images, str) else len(images)
+
+
+def decode_images(
+    images: list[str] | str | None, model: ServedModel, max_pixels: int | None = None
+) -> list[Any]:
     """Decode base64 images with Pillow into RGB images, as the backend does. A model that
-    takes no images refuses them first (a model not ready yet is refused at admission)."""
+    takes no images refuses them first (a model not ready yet is refused at admission); an
+    image of more than `max_pixels` is refused from its header, before it is decoded."""
     if not images:
         return []
     if isinstance(images, str):
         images = [images]
     if model.is_ready and not model.engine.supports_images:
         raise InvalidRequestError(f"image: model '{model.name}' takes no images")
+    return [decode_image(data, f"image.{index}", max_pixels) for index, data in enumerate(images)]
+
+
+def decode_image(data: str, field: str, max_pixels: int | None) -> Any:
     from PIL import Image, UnidentifiedImageError
 
-    decoded = []
-    for index, data in enumerate(images):
-        try:
-            raw = base64.b64decode(data, validate=True)
-            decoded.append(Image.open(io.BytesIO(raw)).convert("RGB"))
-        except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as exc:
-            raise InvalidRequestError(f"image.{index}: not a base64-encoded image ({exc})") from exc
-    return decoded
+    try:
+        image = Image.open(io.BytesIO(base64.b64decode(data, validate=True)))
+        width, height = image.size
+        if max_pixels is not None and width * height > max_pixels:
+            raise InvalidRequestError(
+                f"{field}: {width}x{height} pixels are above this server's limit of {max_pixels}",
+                param=field,
+            )
+        return image.convert("RGB")
+    except (
+        binascii.Error,
+        ValueError,
+        UnidentifiedImageError,
+        OSError,
+        Image.DecompressionBombError,
+    ) as exc:
+        raise InvalidRequestError(
+            f"{field}: not a base64-encoded image ({exc})", param=field
+        ) from exc

@@ -11,6 +11,8 @@ from tritonclient.grpc import model_config_pb2
 from app.repository.layout import ModelSpec
 
 BACKEND = "vllm"
+ENGINE_NOTE_PREFIX = "engine_"
+"""Parameters naming the engine arguments the server chose for this host (e.g. engine_dtype)."""
 STRING, BOOL = "TYPE_STRING", "TYPE_BOOL"
 
 BACKEND_INPUTS: tuple[tuple[str, str, list[int], bool], ...] = (
@@ -49,21 +51,32 @@ def completed_config(spec: ModelSpec) -> Message:
     for name, data_type, dims, optional in BACKEND_INPUTS:
         if name not in present_inputs:
             config.input.add(
-                name=name, data_type=model_config_pb2.DataType.Value(data_type), dims=dims, optional=optional
+                name=name,
+                data_type=model_config_pb2.DataType.Value(data_type),
+                dims=dims,
+                optional=optional,
             )
     present_outputs = {tensor.name for tensor in config.output}
     for name, data_type, dims in BACKEND_OUTPUTS:
         if name not in present_outputs:
-            config.output.add(name=name, data_type=model_config_pb2.DataType.Value(data_type), dims=dims)
+            config.output.add(
+                name=name, data_type=model_config_pb2.DataType.Value(data_type), dims=dims
+            )
     if not config.instance_group:
         config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_MODEL)
+    for name, note in spec.engine_notes.items():
+        key = f"{ENGINE_NOTE_PREFIX}{name}"
+        if key not in config.parameters:
+            config.parameters[key].string_value = note
     return config
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
     """The completed config as Triton's JSON (proto field names, numeric dims)."""
-    data = json_format.MessageToDict(
-        completed_config(spec), preserving_proto_field_name=True, always_print_fields_with_no_presence=False
+    data: dict[str, Any] = json_format.MessageToDict(
+        completed_config(spec),
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=False,
     )
     data["max_batch_size"] = 0
     for tensor in (*data.get("input", ()), *data.get("output", ())):

@@ -7,7 +7,14 @@ from typing import Any
 import app as package
 
 SERVER_NAME = "triton-vllm-generate"
-EXTENSIONS = ["model_repository", "model_configuration", "generate", "statistics"]
+EXTENSIONS = [
+    "model_repository",
+    "model_configuration",
+    "generate",
+    "statistics",
+    "trace",
+    "logging",
+]
 """Triton's extension names this server implements (`generate` on HTTP only, as in Triton)."""
 
 

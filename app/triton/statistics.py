@@ -15,7 +15,9 @@ def statistics_json(
 ) -> dict[str, Any]:
     """`{"model_stats": [...]}` of every ready model version, or of one model (its ready
     versions) or one version; Triton's errors for a model or version that is not ready."""
-    served = ready_versions(registry, name, version) if name else [m for m in registry if m.is_ready]
+    served = (
+        ready_versions(registry, name, version) if name else [m for m in registry if m.is_ready]
+    )
     served.sort(key=lambda m: (m.name, int(m.version)))
     return {"model_stats": [statistics.model_json(m.name, m.version) for m in served]}
 
@@ -28,7 +30,9 @@ def ready_versions(registry: ModelRegistry, name: str, version: str) -> list[Ser
     if version:
         chosen = [m for m in versions if m.version == version and m.is_ready]
         if not chosen:
-            raise InvalidRequestError(f"requested model version is not available for model '{name}'")
+            raise InvalidRequestError(
+                f"requested model version is not available for model '{name}'"
+            )
         return chosen
     ready = [m for m in versions if m.is_ready]
     if not ready:

@@ -1,0 +1,1 @@
+"""The command line: Triton's `tritonserver` flags and one flag per setting of ours."""

@@ -1,0 +1,120 @@
+"""`tritonserver` (and `python -m app`): Triton's command line, then the server. Flags win over
+environment variables, which win over the TOML file, which wins over the defaults."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from app.cli.catalog import all_flags, env_name, usage
+from app.cli.parser import CommandLine, HelpRequested, ParseError, parse
+from app.errors import ModelConfigError
+from app.settings import Settings
+
+logger = logging.getLogger("app.cli")
+
+PROGRAM = "tritonserver"
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROGRAM) -> None:
+    """Parse the command line (Triton's usage and message on a mistake, exit 1), then serve."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings, command_line = settings_from(sys.argv[1:] if argv is None else argv, prog)
+    log_to(settings, command_line.options.get("log-file", ""))
+    for flag in command_line.ignored:
+        logger.warning(
+            "%s: accepted for compatibility with tritonserver; it has no effect here", flag
+        )
+    serve(settings)
+
+
+def settings_from(argv: Sequence[str], prog: str) -> tuple[Settings, CommandLine]:
+    """The settings the command line, the environment and the TOML file give, and what the
+    command line said; exits on a mistake."""
+    try:
+        command_line = parse(argv, all_flags(), prog)
+    except HelpRequested:
+        print(f"Usage: {prog} [options]\n{usage()}")
+        raise SystemExit(0) from None
+    except ParseError as exc:
+        refuse(prog, exc.message, exc.getopt)
+    try:
+        settings = Settings(**command_line.values)
+    except ValidationError as exc:
+        refuse(prog, validation_message(exc, command_line))
+    return settings, command_line
+
+
+def log_to(settings: Settings, log_file: str) -> None:
+    """Set up this process's log, appended to `log_file` if given (Triton's --log-file), else
+    written to the console; a file that cannot be opened stops the start, as in Triton."""
+    from app.main import configure_logs
+
+    try:
+        configure_logs(settings, log_file)
+    except OSError as exc:
+        print(
+            f"error: setting log file: Internal - Failed to open log file: {exc.strerror}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+
+
+def refuse(prog: str, message: str, getopt: str = "") -> NoReturn:
+    """What tritonserver prints on a bad command line: getopt's line, the usage, the error."""
+    if getopt:
+        print(getopt, file=sys.stderr)
+    print(f"Usage: {prog} [options]\n{usage()}\n{message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def validation_message(exc: ValidationError, command_line: CommandLine) -> str:
+    """Each problem under the flag (or environment variable) that gave the setting, as Triton
+    words a bad option; a start-up rule's own text as it is."""
+    lines = []
+    for error in exc.errors():
+        text = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:
+            lines.append(text)
+            continue
+        setting = str(error["loc"][0])
+        source = command_line.flags.get(setting, env_name(setting))
+        given = error.get("input")
+        lines.append(f'Bad option: "{source}".\n{text}. Got {given}')
+    return "\n".join(lines)
+
+
+def serve(settings: Settings) -> None:
+    """Run the server: this process, or a supervisor and its frontend processes."""
+    for option in settings.backend_config:
+        logger.warning("--backend-config=%s: no backend setting applies to this server", option)
+    processes = settings.frontend_process_count()
+    if processes > 1:
+        run_group(settings, processes)
+        return
+    from app.main import create_app, create_grpc_server
+    from app.server import serve as serve_app
+
+    try:
+        app = create_app(settings)
+    except ModelConfigError as exc:
+        logger.error("%s", exc)
+        print("error: creating server: Internal - failed to load all models", file=sys.stderr)
+        raise SystemExit(1) from None
+    grpc_server = create_grpc_server(settings, app.state.runtime)
+    sockets: list[socket.socket] | None = None if settings.allow_http else []
+    serve_app(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=sockets)
+
+
+def run_group(settings: Settings, processes: int) -> None:
+    if not settings.allow_http:
+        raise SystemExit("ALLOW_HTTP false: serve with FRONTEND_PROCESSES=1")
+    from app.supervisor import run
+
+    run(settings, processes)
