@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from app.security.redaction import without_dumps
+
 UNHEALTHY_MESSAGE = "Model is unavailable due to unhealthy vLLM engine"
 """The Triton vLLM backend's text for a request to a model whose engine has failed."""
 
@@ -19,8 +21,11 @@ class ServerError(Exception):
     server's fault (HTTP 500)."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+        self.detail = message
+        """The whole text, for the server's log."""
+        self.message = without_dumps(message)
+        """What the client is told (also `str()`): no validation dump, no stack trace."""
+        super().__init__(self.message)
         self.param = param
         """The request field at fault, when the error is about one."""
 
@@ -42,8 +47,17 @@ class NotSupportedError(InvalidRequestError):
     """The request asks for something this server does not implement."""
 
 
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """The request body's content type is not one this route takes."""
+
+
 class UnauthorizedError(ServerError):
     """The request carries no valid API key."""
+
+
+class ForbiddenError(ServerError):
+    """The request may not use this API: a restricted group without its header, or a
+    state-changing request from a web page of another origin."""
 
 
 class ModelNotFoundError(ServerError):
@@ -59,6 +73,13 @@ class EngineUnhealthyError(ModelUnavailableError):
 
     def __init__(self, message: str = UNHEALTHY_MESSAGE) -> None:
         super().__init__(message)
+
+
+class ModelControlDisabledError(ModelUnavailableError):
+    """Load and unload requests are refused in this model control mode (as Triton answers)."""
+
+    def __init__(self) -> None:
+        super().__init__("explicit model load / unload is not allowed if polling is enabled")
 
 
 class OverloadedError(ModelUnavailableError):

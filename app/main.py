@@ -3,45 +3,68 @@ HTTP app with its routers and middleware. The only module that knows every packa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
 import app as package
 from app.core.limits import RequestLimits
 from app.core.service import GenerationService
-from app.grpc.server import GrpcOptions, GrpcServer
+from app.grpc.server import GrpcOptions, GrpcServer, GrpcTls
+from app.http.access import CrossSiteGuard, RestrictedApiMiddleware
 from app.http.access_log import AccessLogMiddleware
 from app.http.errors import ErrorBodies, install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware, FrontendProcessHeader
+from app.http.trace_context import TraceContextMiddleware
+from app.http.transport import HttpTransport
 from app.multiprocess.link import SharedModelRegistry, WorkerLink
+from app.observability.exposition import exposition
 from app.observability.load_metrics import ModelLoadCollector
-from app.observability.statistics import InferenceStatistics, StatisticsCollector
+from app.observability.log_control import LogSettings, configure_logging
+from app.observability.setup import ObservabilityOptions, build_observability
 from app.openai import routes as openai_routes
+from app.openai import utility as openai_utility
 from app.openai.errors import openai_error_body
-from app.openai.schemas import DOCUMENTED_MODELS as OPENAI_MODELS
 from app.repository.heap import freeze_heap, release_heap
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
-from app.repository.registry import EngineFactory, LifecycleOptions, ModelRegistry
+from app.repository.overrides import OverrideLimits
+from app.repository.poll import RepositoryPoller
+from app.repository.registry import EngineFactory, LifecycleOptions, ModelControl, ModelRegistry
 from app.repository.supervision import RestartPolicy
-from app.routes import generate, health, metrics, models, playground, repository, statistics
+from app.routes import (
+    generate,
+    health,
+    log_settings,
+    metrics,
+    models,
+    playground,
+    repository,
+    statistics,
+    trace,
+)
 from app.routes.docs import install_docs_and_static
 from app.routes.query import API_KEY_PARAMETER, EVENT_SOURCE_PATH
 from app.runtime import Runtime
 from app.schemas.generate import GenerateRequest
 from app.schemas.kserve import RepositoryIndexRequest
 from app.settings import Settings
+from app.triton.model_table import model_table
+
+logger = logging.getLogger(__name__)
 
 OPENAPI_TAGS = [
     {"name": "generate", "description": "Triton's generate extension, served by vLLM."},
     {"name": "health", "description": "KServe v2 liveness and readiness."},
     {"name": "models", "description": "KServe v2 metadata and Triton's model repository extension."},
     {"name": "metrics", "description": "Prometheus metrics."},
+    {"name": "logging", "description": "Triton's logging extension: log settings, changed at once."},
+    {"name": "trace", "description": "Triton's trace extension: trace settings, OpenTelemetry export."},
     {"name": "openai", "description": "OpenAI-compatible API (vLLM's own serving code) on the same models."},
 ]
 OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
@@ -66,6 +89,14 @@ def vllm_engines(
     return engines, vllm_engine_args, engines.forget
 
 
+def configure_logs(settings: Settings, log_file: str = "") -> None:
+    """This process's logging: LOG_LEVEL and Triton's --log-verbose, --log-info, --log-warning,
+    --log-error and --log-format (changed later by the logging extension), to `log_file` (Triton's
+    --log-file) if given."""
+    switches = (settings.log_verbose, settings.log_info, settings.log_warning, settings.log_error)
+    configure_logging(LogSettings.of(settings.log_level, settings.log_format, *switches), log_file)
+
+
 def lifecycle_options(settings: Settings) -> LifecycleOptions:
     restart = RestartPolicy(
         enabled=settings.engine_restart,
@@ -75,13 +106,41 @@ def lifecycle_options(settings: Settings) -> LifecycleOptions:
         max_backoff_seconds=settings.engine_restart_backoff_max_seconds,
         probe_interval_seconds=settings.engine_probe_interval_seconds,
         probe_timeout_seconds=settings.engine_probe_timeout_seconds,
+        stall_seconds=settings.engine_stall_seconds,
+        migrate_requests=settings.engine_migrate_requests,
+        migration_wait_seconds=settings.engine_migration_wait_seconds,
     )
     return LifecycleOptions(
+        model_control=ModelControl(settings.model_control_mode),
+        override_limits=OverrideLimits(settings.load_override_max_files, settings.max_override_bytes),
         drain_timeout=settings.drain_timeout_seconds,
         max_pending=settings.max_pending_requests,
         restart=restart,
         reload_in_place=settings.reload_in_place,
+        exit_on_error=settings.exit_on_error,
+        strict_readiness=settings.strict_readiness,
+        allow_instance_pin=settings.allow_instance_pin,
     )
+
+
+def request_limits(settings: Settings) -> RequestLimits:
+    return RequestLimits(
+        max_tokens=settings.max_tokens_limit,
+        max_n=settings.max_n,
+        max_stop=settings.max_stop,
+        max_token_ids=settings.max_token_ids,
+        max_images=settings.max_images,
+        max_image_pixels=settings.max_image_pixels,
+        max_prompts=settings.max_prompts,
+    )
+
+
+def startup_models(settings: Settings) -> list[str] | None:
+    """The models loaded at start (None: every one): MODELS, or in explicit mode only the
+    --load-model ones ('*': every one)."""
+    if settings.model_control_mode == "explicit" and settings.load_model != ["*"]:
+        return list(settings.load_model)
+    return settings.models or None
 
 
 def build_runtime(
@@ -94,44 +153,47 @@ def build_runtime(
     on_unloaded = None
     if engine_factory is None:
         engine_factory, check_engine_args, on_unloaded = vllm_engines(settings, metrics_registry, link)
-    shared = {"link": link} if link is not None else {}
+    shared: dict[str, Any] = {"link": link} if link is not None else {}
     registry = (SharedModelRegistry if link is not None else ModelRegistry)(
         settings.model_repository,
         engine_factory,
-        only=settings.models,
+        only=startup_models(settings),
         options=lifecycle_options(settings),
         check_engine_args=check_engine_args,
         on_unloaded=on_unloaded,
         **shared,
     )
     metrics_registry.register(ModelLoadCollector(registry))
-    inference_statistics = InferenceStatistics()
-    metrics_registry.register(StatisticsCollector(inference_statistics))
+    options = ObservabilityOptions(**settings.model_dump(include=ObservabilityOptions.names()))
+    observed = build_observability(registry, metrics_registry, options)
     generation = GenerationService(
-        RequestLimits(max_tokens=settings.max_tokens_limit, max_n=settings.max_n),
+        request_limits(settings),
         timeout_seconds=settings.request_timeout_seconds,
-        statistics=inference_statistics,
+        statistics=observed.recorder,
     )
     if link is not None:
-        link.local_metrics = lambda: generate_latest(metrics_registry)
+        link.local_metrics = lambda: exposition(metrics_registry)
+        link.trace_settings = observed.tracer.settings
     return Runtime(
         registry=registry,
         generation=generation,
         metrics_registry=metrics_registry,
-        statistics=inference_statistics,
+        statistics=observed.statistics,
         group=link,
+        observability=observed,
     )
 
 
 def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | None:
     """Triton's gRPC frontend on the HTTP app's runtime (None when GRPC_PORT is 0)."""
-    if not settings.grpc_port:
+    if not settings.grpc_port or not settings.allow_grpc:
         return None
     options = GrpcOptions(
-        host=settings.host,
+        host=settings.grpc_address or settings.host,
         port=settings.grpc_port,
         api_keys=tuple(settings.api_keys),
         open_health=settings.auth_open_health,
+        restrictions=settings.grpc_restrictions(),
         log_prompts=settings.log_prompts,
         max_receive_message_bytes=settings.grpc_max_receive_message_bytes or settings.max_request_body_bytes,
         max_send_message_bytes=settings.grpc_max_send_message_bytes,
@@ -142,8 +204,19 @@ def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | Non
         http2_min_recv_ping_interval_without_data_ms=settings.grpc_http2_min_recv_ping_interval_without_data_ms,
         http2_max_ping_strikes=settings.grpc_http2_max_ping_strikes,
         reuse_port=settings.grpc_reuse_port,
+        tls=grpc_tls(settings),
     )
     return GrpcServer(runtime, options)
+
+
+def grpc_tls(settings: Settings) -> GrpcTls | None:
+    if not (settings.grpc_use_ssl or settings.grpc_use_ssl_mutual):
+        return None
+    if settings.grpc_server_cert is None or settings.grpc_server_key is None:
+        return None
+    return GrpcTls(
+        settings.grpc_server_cert, settings.grpc_server_key, settings.grpc_root_cert, settings.grpc_use_ssl_mutual
+    )
 
 
 async def start_runtime(runtime: Runtime, link: WorkerLink | None = None, freeze: bool = True) -> None:
@@ -158,6 +231,46 @@ async def start_runtime(runtime: Runtime, link: WorkerLink | None = None, freeze
         freeze_heap()
 
 
+def repository_poller(settings: Settings, runtime: Runtime, link: WorkerLink | None) -> RepositoryPoller | None:
+    """Triton's poll mode: one process polls (the first of several, whose loads and unloads
+    every other process follows)."""
+    if settings.model_control_mode != "poll" or (link is not None and link.index != 0):
+        return None
+    return RepositoryPoller(runtime.registry, settings.repository_poll_secs, settings.models or None)
+
+
+def server_lifespan(
+    settings: Settings, runtime: Runtime, link: WorkerLink | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start-up and shutdown around serving: the metrics port, the engines, the repository
+    poll; then everything stopped in reverse."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if runtime.observability is not None:  # the metrics port here, unless the supervisor's
+            port = settings.metrics_port if link is None and settings.allow_metrics else 0
+            runtime.observability.start(settings.metrics_address or settings.host, port)
+        await start_runtime(runtime, link, settings.freeze_gc_heap)
+        if link is None or link.index == 0:
+            logger.info(model_table(runtime.registry.index()))
+        poller = repository_poller(settings, runtime, link)
+        if poller is not None:
+            await poller.start()
+        try:
+            yield
+        finally:
+            if poller is not None:
+                await poller.stop()
+            await runtime.registry.shutdown()
+            if link is not None:
+                await link.close()
+            if runtime.observability is not None:
+                runtime.observability.stop()
+            release_heap()
+
+    return lifespan
+
+
 def create_app(
     settings: Settings | None = None, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
 ) -> FastAPI:
@@ -165,44 +278,39 @@ def create_app(
     is one of several frontend processes sharing the supervisor's engine cores."""
     settings = settings or Settings()
     runtime = build_runtime(settings, engine_factory, link)
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        metrics_server = None
-        if settings.metrics_port:
-            metrics_server, _thread = start_http_server(
-                settings.metrics_port, addr=settings.host, registry=runtime.metrics_registry
-            )
-        await start_runtime(runtime, link, settings.freeze_gc_heap)
-        try:
-            yield
-        finally:
-            await runtime.registry.shutdown()
-            if link is not None:
-                await link.close()
-            if metrics_server is not None:
-                metrics_server.shutdown()
-            release_heap()
-
     app = FastAPI(
         title="Triton-style generate server for vLLM",
         version=package.__version__,
         description="Triton's generate extension and KServe v2 routes, served by vLLM. "
         "The playground is at `/`.",
         openapi_tags=OPENAPI_TAGS,
-        lifespan=lifespan,
+        lifespan=server_lifespan(settings, runtime, link),
         docs_url=None,
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.runtime = runtime
+    app.state.http_transport = HttpTransport(
+        settings.http_ssl_certfile, settings.http_ssl_keyfile, settings.http_ssl_ca_certs, settings.http_header_timeout_seconds
+    )
     errors = ErrorBodies()
     errors.add(openai_routes.PREFIX + "/", openai_error_body)
     install_error_handlers(app, errors)
-    routers = (generate.router, health.router, statistics.router, models.router, repository.router, metrics.router)
+    routers = (
+        generate.router,
+        health.router,
+        statistics.router,
+        models.router,
+        repository.router,
+        *([metrics.router] if settings.allow_metrics else []),
+        log_settings.router,
+        trace.router,
+    )
     for router in routers:  # statistics before models: /v2/models/stats is not a model's metadata
         app.include_router(router)
     app.include_router(openai_routes.router)
+    lora = settings.vllm_allow_runtime_lora_updating
+    openai_utility.install(app, errors, runtime_lora=lora, one_process=link is None)
     app.include_router(playground.router)
     install_docs_and_static(app)
     Instrumentator(
@@ -213,29 +321,35 @@ def create_app(
     add_middleware(app, settings, errors)
     if link is not None:
         app.add_middleware(FrontendProcessHeader, index=link.index)
-    customise_openapi(app, GenerateRequest, RepositoryIndexRequest, *OPENAI_MODELS)
+    customise_openapi(app, GenerateRequest, RepositoryIndexRequest)
     return app
 
 
 def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> None:
-    """Outermost first: access log, CORS, body size limit, API keys (the last one added
-    runs first)."""
+    """Outermost first: access log, CORS, the cross-site guard, body size limit, API keys,
+    restricted API groups (the last one added runs first)."""
+    restrictions = settings.http_restrictions()
+    if restrictions.by_group:
+        app.add_middleware(RestrictedApiMiddleware, restrictions=restrictions, errors=errors)
     if settings.api_keys:
         open_prefixes = list(OPEN_PREFIXES)
+        open_paths = ["/"]
         if settings.auth_open_health:
             open_prefixes.append("/v2/health/")
+            open_paths += ["/health", "/ping"]
         if settings.auth_open_metrics:
             open_prefixes.append("/metrics")
         app.add_middleware(
             ApiKeyMiddleware,
             keys=settings.api_keys,
             open_prefixes=open_prefixes,
-            open_paths=["/"],
+            open_paths=open_paths,
             query_key_path=EVENT_SOURCE_PATH,
             query_key_name=API_KEY_PARAMETER,
             errors=errors,
         )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors)
+    app.add_middleware(CrossSiteGuard, allowed_origins=settings.cors_allow_origins, errors=errors)
     if settings.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -244,12 +358,14 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID"],
         )
+    app.add_middleware(TraceContextMiddleware)
     app.add_middleware(AccessLogMiddleware, log_prompts=settings.log_prompts)
 
 
 def customise_openapi(app: FastAPI, *models: type[Any]) -> None:
-    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI, and
-    drop FastAPI's 422 responses: every invalid request is answered 400 `{"error": ...}`."""
+    """Publish models that routes read by hand (not as FastAPI body params) in OpenAPI, with
+    vLLM's own models of the OpenAI routes, and drop FastAPI's 422 responses: every invalid
+    request is answered 400 `{"error": ...}`."""
     build_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -261,6 +377,9 @@ def customise_openapi(app: FastAPI, *models: type[Any]) -> None:
             model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(model_schema.pop("$defs", {}))
             components[model.__name__] = model_schema
+        from app.engine.openai_schemas import openai_components  # vLLM's models: when asked for
+
+        components.update(openai_components(components))
         for operations in schema["paths"].values():
             for operation in operations.values():
                 operation.get("responses", {}).pop("422", None)

@@ -14,10 +14,13 @@ from typing import Protocol
 import uvicorn
 from fastapi import FastAPI
 
+from app.http.transport import HttpTransport
+
 logger = logging.getLogger(__name__)
 
 GRPC_GRACE_SECONDS = 5.0
-"""After the drain: how long gRPC calls still open may end on their own before they are cancelled."""
+"""After the drain: how long gRPC calls still open may end on their own before they are
+cancelled."""
 SAME_STOP_SECONDS = 2.0
 """A frontend process of several: a SIGTERM this soon after the first is the same stop."""
 
@@ -45,7 +48,11 @@ class DrainingServer(uvicorn.Server):
     """
 
     def __init__(
-        self, config: uvicorn.Config, app: FastAPI, side: SideServer | None = None, supervised: bool = False
+        self,
+        config: uvicorn.Config,
+        app: FastAPI,
+        side: SideServer | None = None,
+        supervised: bool = False,
     ) -> None:
         super().__init__(config)
         self._app = app
@@ -61,6 +68,11 @@ class DrainingServer(uvicorn.Server):
         """uvicorn's start-up (engines, then HTTP), then the side server; `started` only once
         both listen."""
         await super().startup(sockets)
+        if not self.should_exit:
+            for server in getattr(self, "servers", []):
+                for bound in server.sockets:
+                    host, port = bound.getsockname()[:2]
+                    logger.info("Started HTTPService at %s:%d", host, port)
         if self._side is None or self.should_exit:
             return
         self.started = False
@@ -119,8 +131,10 @@ def serve(
     sockets: list[socket.socket] | None = None,
     supervised: bool = False,
 ) -> None:
-    """Serve until stopped; on `sockets` already bound if given. `supervised`: a frontend
-    process of several, whose supervisor forwards the signals (see `DrainingServer`)."""
+    """Serve until stopped (with the app's `HttpTransport`: TLS, header deadline); on
+    `sockets` already bound if given. `supervised`: a frontend process of several, whose
+    supervisor forwards the signals (see `DrainingServer`)."""
+    transport: HttpTransport = getattr(app.state, "http_transport", HttpTransport())
     config = uvicorn.Config(
         app,
         host=host,
@@ -129,6 +143,7 @@ def serve(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
+        **transport.uvicorn_options(),
     )
     server = DrainingServer(config, app, side, supervised=supervised)
     server.run(sockets=sockets)

@@ -28,6 +28,8 @@ def merge_chunks(chunks: Iterable[GenerationChunk], n: int) -> GenerationChunk:
                 target.cumulative_logprob = delta.cumulative_logprob
             if delta.finish_reason is not None:
                 target.finish_reason = delta.finish_reason
-    for target, parts in zip(merged, texts):
+    for target, parts in zip(merged, texts, strict=True):
         target.text = "".join(parts)
-    return GenerationChunk(completions=merged, num_prompt_tokens=num_prompt_tokens, finished=finished)
+    return GenerationChunk(
+        completions=merged, num_prompt_tokens=num_prompt_tokens, finished=finished
+    )

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from app.core.limits import RequestLimits, check_limits
-from app.core.types import GenerationObserver
+from app.core.limits import RequestLimits, check_limits, check_sampling
+from app.core.timing import EngineTimeline, RequestTiming
+from app.core.types import GenerationObserver, InferenceEngine
 from app.errors import RequestTimeoutError, ServerError
 
 T = TypeVar("T")
 
 TokenCounts = Callable[[T], tuple[int, int]]
 """An engine output's (prompt tokens, new tokens), for the observer."""
+TimelineOf = Callable[[T], EngineTimeline | None]
+"""The engine's timeline of a request, from its final output (None from the others)."""
 
 
 @dataclass
@@ -30,23 +33,41 @@ class RequestGuard:
     started: float = field(default_factory=time.monotonic)
     failure: ServerError | None = None
     """Why the core ended one of the request's streams early (its deadline), if it did."""
+    timing: RequestTiming | None = None
+    engine_error: Exception | None = None
+    """An error one of the request's engine streams raised (the library may answer it)."""
+    engine: InferenceEngine | None = None
+    """The engine (the model's instance) the request was routed to."""
 
-    def check_limits(self, n: int | None, max_tokens: int | None, max_tokens_field: str = "max_tokens") -> None:
+    def check_limits(
+        self, n: int | None, max_tokens: int | None, max_tokens_field: str = "max_tokens"
+    ) -> None:
         """Refuse, naming the field, an `n` or `max_tokens` above the server's limits."""
-        check_limits({max_tokens_field: (max_tokens, self.limits.max_tokens), "n": (n, self.limits.max_n)})
+        check_limits(
+            {max_tokens_field: (max_tokens, self.limits.max_tokens), "n": (n, self.limits.max_n)}
+        )
+
+    def check_sampling(
+        self, sampling: dict[str, Any], max_tokens_field: str = "max_tokens"
+    ) -> None:
+        """Refuse, naming the field, any sampling value above the server's limits (`n`,
+        `max_tokens`, stop strings, token-id lists): O(1) per field, before any work."""
+        check_sampling(sampling, self.limits, max_tokens_field=max_tokens_field)
 
     async def stream(
         self,
-        outputs: AsyncIterator[T],
+        outputs: AsyncGenerator[T, None],
         token_counts: TokenCounts[T],
         quiet: bool = False,
         on_start: Callable[[], None] | None = None,
         on_end: Callable[[], None] | None = None,
-    ) -> AsyncIterator[T]:
+        timeline: TimelineOf[T] | None = None,
+    ) -> AsyncGenerator[T, None]:
         """`outputs`, each one observed, ended with `RequestTimeoutError` at the request's
         deadline (or, `quiet`, just ended: the caller reports `failure` itself); closing this
         (or the deadline) closes `outputs`, which aborts them. `on_start` and `on_end` run
-        when the stream starts (its first `anext`) and ends."""
+        when the stream starts (its first `anext`) and ends; `timeline` reads the engine's
+        timeline of each output for the request's timing."""
         if on_start is not None:
             on_start()
         if self.timeout_seconds is not None:
@@ -55,18 +76,28 @@ class RequestGuard:
             async for output in outputs:
                 if self.observer is not None:
                     self.observer.record_chunk(*token_counts(output))
+                if self.timing is not None:
+                    self.timing.chunk()
+                    self.timing.responded()
+                    if timeline is not None:
+                        self.timing.engine_reported(timeline(output))
                 yield output
         except ServerError as exc:
             self.failure = exc
             if not quiet:
                 raise
+        except Exception as exc:
+            self.engine_error = exc
+            raise
         finally:
-            await outputs.aclose()  # type: ignore[attr-defined]
+            await outputs.aclose()
             if on_end is not None:
                 on_end()
 
 
-async def with_deadline(chunks: AsyncIterator[T], seconds: float, started: float | None = None) -> AsyncIterator[T]:
+async def with_deadline(
+    chunks: AsyncGenerator[T, None], seconds: float, started: float | None = None
+) -> AsyncGenerator[T, None]:
     """Abort (by closing the engine iterator) when the request, started at `started`
     (`time.monotonic()`; default now), runs past `seconds`."""
     deadline = (time.monotonic() if started is None else started) + seconds
@@ -78,7 +109,9 @@ async def with_deadline(chunks: AsyncIterator[T], seconds: float, started: float
             except StopAsyncIteration:
                 return
             except asyncio.TimeoutError:
-                raise RequestTimeoutError(f"Request timed out after {seconds:g} s and was aborted") from None
+                raise RequestTimeoutError(
+                    f"Request timed out after {seconds:g} s and was aborted"
+                ) from None
             yield chunk
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from app.core.routing import RouteHint
+from app.core.timing import EngineTimeline
 
 TokenLogprobs = dict[int, dict[str, Any]]
 """One generated position: token id -> {"logprob", "rank", "decoded_token"}."""
@@ -43,10 +46,18 @@ class GenerationRequest:
     on_accepted: Callable[[], None] | None = None
     """Called once the engine has taken the request (every check of it passed), before its
     first chunk: a stream can start then, rather than after the first token."""
+    instance_pin: str | None = None
+    """The instance the client asked for (the pin header's value), where pins are allowed."""
 
     @property
     def n(self) -> int:
         return int(self.sampling.get("n") or 1)
+
+    def route(self) -> RouteHint:
+        """What the request is routed to a model's instance by: its prompt (as the client
+        gave it, before any chat template), its adapter and its pin."""
+        adapter = self.lora.name if self.lora is not None else None
+        return RouteHint(text=self.prompt, adapter=adapter, pin=self.instance_pin)
 
 
 @dataclass(slots=True)
@@ -68,6 +79,8 @@ class GenerationChunk:
     completions: list[CompletionDelta]
     num_prompt_tokens: int
     finished: bool
+    timeline: EngineTimeline | None = None
+    """The engine's timeline of the request (on its final chunk, where the engine keeps one)."""
 
 
 class InferenceEngine(Protocol):
@@ -80,7 +93,7 @@ class InferenceEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """Yield delta chunks (`request.stream`) or a single final chunk until the request
         finishes. Raises `InvalidRequestError` (naming the field) for parameters the engine
         rejects, before the first chunk and before calling `request.on_accepted` (an engine
@@ -106,6 +119,18 @@ class InferenceEngine(Protocol):
         ...
 
     @property
+    def progress(self) -> int:
+        """A count that moves whenever the engine gets somewhere (one per step that reported):
+        supervision tells a busy engine from a hung one by it."""
+        ...
+
+    @property
+    def request_capacity(self) -> int | None:
+        """How many requests the model admits at once by default, from the engine's capacity
+        (None: no limit)."""
+        ...
+
+    @property
     def max_model_len(self) -> int:
         """The model's context length in tokens (prompt plus output)."""
         ...
@@ -120,9 +145,15 @@ class InferenceEngine(Protocol):
         """Wrap `text` as one user turn with the model's chat template."""
         ...
 
+    def prefix_tokens(self, text: str, limit: int) -> Sequence[int]:
+        """The first `limit` tokens of `text` by the model's tokenizer (for prefix-aware
+        routing; cheap: only the text's leading part is tokenized)."""
+        ...
+
 
 class ServingModel(Protocol):
-    """A model version as the core sees it: a name, an engine, and admission of requests."""
+    """A model version as the core sees it: a name, its engines, and admission of requests,
+    each routed to one of the engines."""
 
     @property
     def name(self) -> str: ...
@@ -131,11 +162,16 @@ class ServingModel(Protocol):
     def version(self) -> str: ...
 
     @property
-    def engine(self) -> InferenceEngine: ...
+    def engine(self) -> InferenceEngine:
+        """One of its engines: for what every one has alike (the context length)."""
+        ...
 
-    def admit(self, request_id: str) -> AbstractAsyncContextManager[None]:
-        """Hold a place for one request while it runs, or raise why it cannot run now
-        (`ModelUnavailableError`, `OverloadedError`, `EngineUnhealthyError`)."""
+    def admit(
+        self, request_id: str, route: RouteHint | None = None
+    ) -> AbstractAsyncContextManager[InferenceEngine]:
+        """Hold a place for one request while it runs, on the engine it is routed to (by
+        `route`), or raise why it cannot run now (`ModelUnavailableError`,
+        `OverloadedError`, `EngineUnhealthyError`, `InvalidRequestError` for a bad pin)."""
         ...
 
 

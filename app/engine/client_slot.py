@@ -23,11 +23,12 @@ class ClientSlot:
 
 
 class CoreBroker(Protocol):
-    """Hands a frontend process its client slot of a model version's shared engine core."""
+    """Hands a frontend process its client slot of the shared engine core of an instance of
+    a model version."""
 
     async def acquire(self, spec: ModelSpec) -> ClientSlot:
-        """This process's slot of a running core for `spec` (a fresh core if this process
-        already used its slot of the current one)."""
+        """This process's slot of a running core for `spec` (its instance, `spec.instance`;
+        a fresh core if this process already used its slot of the current one)."""
         ...
 
     async def release(self, slot: ClientSlot) -> None: ...

@@ -1,15 +1,18 @@
 """The backend's `vllm:` Prometheus metrics (names, labels `model`/`version`, buckets), fed by a
-vLLM stat logger registered on each engine, as the Triton vLLM backend does."""
+vLLM stat logger registered on each engine, as the Triton vLLM backend does; labelled with the
+model's `instance` too ("0" for a model of one instance), and with vLLM's prefix-cache
+counters beside them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
-from app.observability.labels import MODEL_LABELS as LABELS
+from app.observability.labels import ENGINE_LABELS as LABELS
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -21,7 +24,8 @@ N_BUCKETS = (1, 2, 5, 10, 20)
 
 def buckets_1_2_5(limit: int) -> tuple[int, ...]:
     """1, 2, 5, 10, 20, 50, ... up to `limit` (vLLM's token-count buckets)."""
-    buckets, exponent = [], 0
+    buckets: list[int] = []
+    exponent = 0
     while True:
         for mantissa in (1, 2, 5):
             value = mantissa * 10**exponent
@@ -32,7 +36,8 @@ def buckets_1_2_5(limit: int) -> tuple[int, ...]:
 
 
 class VllmMetrics:
-    """The metric families, shared by every model; each model is a (model, version) child."""
+    """The metric families, shared by every model; each engine is a (model, version, instance)
+    child."""
 
     def __init__(self, registry: CollectorRegistry, max_model_len: int = 2048) -> None:
         def counter(name: str, doc: str) -> Counter:
@@ -48,6 +53,12 @@ class VllmMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.preemptions = counter("vllm:num_preemptions", "Number of preemptions.")
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        self.prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
         self.iteration_tokens = histogram(
             "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS
         )
@@ -86,25 +97,27 @@ class VllmMetrics:
         self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_cache_usage = gauge("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self._families = [value for value in vars(self).values() if hasattr(value, "labels")]
+        self._instances: dict[tuple[str, str], set[str]] = {}
+        """(model, version) -> the instances that have series."""
 
     def remove(self, model: str, version: str) -> None:
-        """Drop a model's series (when it is unloaded), as Triton does."""
-        for family in self._families:
-            try:
-                family.remove(model, version)
-            except KeyError:
-                pass
+        """Drop a model's series, every instance's (when it is unloaded), as Triton does."""
+        for instance in self._instances.pop((model, version), set()):
+            for family in self._families:
+                with contextlib.suppress(KeyError):
+                    family.remove(model, version, instance)
 
-    def clear_load(self, model: str, version: str) -> None:
-        """Zero a model's load gauges when its engine stops: a dead engine runs nothing."""
+    def clear_load(self, model: str, version: str, instance: str) -> None:
+        """Zero an engine's load gauges when it stops: a dead engine runs nothing."""
         for gauge in (self.running, self.waiting, self.kv_cache_usage):
-            gauge.labels(model, version).set(0)
+            gauge.labels(model, version, instance).set(0)
 
-    def stat_logger_factory(self, model: str, version: str) -> Callable[[Any, int], StatLoggerBase]:
-        """A vLLM `StatLoggerFactory` recording into this model's series."""
+    def stat_logger_factory(self, model: str, version: str, instance: str = "0") -> Callable[[Any, int], StatLoggerBase]:
+        """A vLLM `StatLoggerFactory` recording into this engine's series."""
+        self._instances.setdefault((model, version), set()).add(instance)
 
         def factory(vllm_config: Any, engine_index: int = 0) -> StatLoggerBase:
-            return ModelStatLogger(self, model, version)
+            return ModelStatLogger(self, (model, version, instance))
 
         return factory
 
@@ -112,8 +125,9 @@ class VllmMetrics:
 class ModelStatLogger(StatLoggerBase):
     """Receives vLLM's per-iteration statistics in the engine's event loop."""
 
-    def __init__(self, metrics: VllmMetrics, model: str, version: str) -> None:
-        labels = (model, version)
+    def __init__(self, metrics: VllmMetrics, labels: tuple[str, str, str]) -> None:
+        self._prefix_queries = metrics.prefix_cache_queries.labels(*labels)
+        self._prefix_hits = metrics.prefix_cache_hits.labels(*labels)
         self._prompt_tokens = metrics.prompt_tokens.labels(*labels)
         self._generation_tokens = metrics.generation_tokens.labels(*labels)
         self._preemptions = metrics.preemptions.labels(*labels)
@@ -137,6 +151,10 @@ class ModelStatLogger(StatLoggerBase):
             self._running.set(scheduler_stats.num_running_reqs)
             self._waiting.set(scheduler_stats.num_waiting_reqs)
             self._kv_cache.set(scheduler_stats.kv_cache_usage)
+            prefix_cache = scheduler_stats.prefix_cache_stats
+            if prefix_cache is not None:
+                self._prefix_queries.inc(prefix_cache.queries)
+                self._prefix_hits.inc(prefix_cache.hits)
         if iteration_stats is None:
             return
         prompt_tokens = iteration_stats.num_prompt_tokens
@@ -181,9 +199,9 @@ class MetricsProvider:
         if self._metrics is not None:
             self._metrics.remove(model, version)
 
-    def clear_load(self, model: str, version: str) -> None:
+    def clear_load(self, model: str, version: str, instance: str) -> None:
         if self._metrics is not None:
-            self._metrics.clear_load(model, version)
+            self._metrics.clear_load(model, version, instance)
 
 
 class NoVllmPrometheus(PrometheusStatLogger):

@@ -45,7 +45,9 @@ def unreadable(request_class: type[BaseModel], body: dict[str, Any], exc: Except
         pass
     error = create_error_response(exc).error
     status = int(error.code)
-    message = error.message if 400 <= status < 500 else f"vLLM could not read the request body: {exc}"
+    message = (
+        error.message if 400 <= status < 500 else f"vLLM could not read the request body: {exc}"
+    )
     return InvalidRequestError(message, param=error.param)
 
 
@@ -54,7 +56,10 @@ def fields_of(request_class: type[BaseModel]) -> type[BaseModel]:
     """A model with `request_class`'s fields and none of its model validators."""
     fields = {name: (info.annotation, info) for name, info in request_class.model_fields.items()}
     config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
-    return create_model(f"{request_class.__name__}Fields", __config__=config, **fields)  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        f"{request_class.__name__}Fields", __config__=config, **fields
+    )
+    return model
 
 
 def given(request: BaseModel, field: str) -> Any:

@@ -82,7 +82,9 @@ def chat_template_source(value: str, model_dir: Path, config_path: Path) -> str:
     return str(candidate)
 
 
-def engine_reasoning_parser(options: OpenAIOptions, engine_args: dict[str, Any], path: Path) -> str | None:
+def engine_reasoning_parser(
+    options: OpenAIOptions, engine_args: dict[str, Any], path: Path
+) -> str | None:
     """The one reasoning parser of the model: config.pbtxt's or model.json's, not two."""
     from_engine = engine_args.get("reasoning_parser") or None
     if options.reasoning_parser and from_engine and options.reasoning_parser != from_engine:

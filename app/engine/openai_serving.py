@@ -3,9 +3,10 @@ every engine request of theirs admitted, bounded and observed by the generation 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +16,8 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
-from app.engine.openai_bodies import given, parse
+from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
+from app.engine.openai_bodies import parse
 from app.engine.openai_compat import (
     BaseModelPath,
     ChatCompletionRequest,
@@ -30,7 +32,10 @@ from app.engine.openai_compat import (
     create_error_response,
     load_chat_template,
 )
+from app.engine.openai_limits import check_limits, check_logprobs, values_of
 from app.engine.openai_options import OpenAIOptions
+from app.engine.openai_utility import VllmOpenAIUtility
+from app.engine.timeline import engine_timeline
 from app.errors import (
     EngineUnhealthyError,
     InvalidRequestError,
@@ -60,6 +65,9 @@ ERROR_BY_STATUS: dict[int, type[ServerError]] = {
 
 EngineRequests = dict[str, set[str]]
 """Admitted request id -> the ids of the engine requests it runs, for aborting them."""
+EngineOutputs = Callable[..., AsyncIterator[Any]]
+"""`(admitted_id, prompt, sampling_params, request_id, **kwargs)`: `AsyncLLM.generate` for a
+request admitted as `admitted_id` (`VllmEngine.outputs`: resumed on a replacement engine)."""
 
 
 class VllmOpenAIServing:
@@ -67,42 +75,79 @@ class VllmOpenAIServing:
     read and answered by vLLM's serving classes, which run on the engine through the
     request's guard."""
 
-    def __init__(self, llm: Any, spec: ModelSpec, options: OpenAIOptions, requests: EngineRequests) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        spec: ModelSpec,
+        options: OpenAIOptions,
+        requests: EngineRequests,
+        generate: EngineOutputs | None = None,
+    ) -> None:
         self._llm = llm
         self._name = spec.name
         self._requests = requests
+        self._generate = generate
         models = OpenAIServingModels(
             engine_client=llm,
-            base_model_paths=[BaseModelPath(name=spec.name, model_path=str(spec.engine_args.get("model")))],
+            base_model_paths=[
+                BaseModelPath(name=spec.name, model_path=str(spec.engine_args.get("model")))
+            ],
             lora_modules=None,
         )
         for index, (name, path) in enumerate((spec.loras or {}).items()):
             # the Triton path's ids (index + 1): one id per adapter for the engine
             models.lora_requests[name] = LoRARequest(name, index + 1, str(path))
         self._completion, self._chat = build_servers(llm, models, options)
+        self.utility = VllmOpenAIUtility(
+            llm, models, options, spec.name, (spec.version_path.parent.parent,)
+        )
+        """Tokenization and runtime LoRA adapters (vLLM's utility routes)."""
 
     async def create_completion(
-        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
-    ) -> dict[str, Any] | AsyncIterator[str]:
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """`POST /v1/completions`: the response's JSON, or its SSE frames when it streams."""
+        check_limits(guard, body)
+        check_logprobs(body, self._llm.model_config.max_logprobs)
         request = parse(CompletionRequest, body)
-        guard.check_limits(request.n, given(request, "max_tokens"))
+        check_limits(guard, values_of(request))
         limit = guard.limits.max_tokens
         if limit is not None and (request.max_tokens is None or request.max_tokens > limit):
             request.max_tokens = limit
-        return await self._serve(self._completion, "create_completion", request, guard, adapter, headers)
+        return await self._serve(
+            self._completion, "create_completion", request, guard, adapter, headers
+        )
 
     async def create_chat_completion(
-        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
-    ) -> dict[str, Any] | AsyncIterator[str]:
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """`POST /v1/chat/completions`: the response's JSON, or its SSE frames when it streams."""
+        completion_tokens = body.get("max_completion_tokens") is not None
+        field = "max_completion_tokens" if completion_tokens else "max_tokens"
+        check_limits(guard, body, field)
+        check_logprobs(body, self._llm.model_config.max_logprobs)
         request = parse(ChatCompletionRequest, body)
-        field = "max_completion_tokens" if given(request, "max_completion_tokens") is not None else "max_tokens"
-        guard.check_limits(request.n, given(request, field), field)
+        check_limits(guard, values_of(request, field), field)
         limit = guard.limits.max_tokens
-        if limit is not None and request.max_completion_tokens is None and request.max_tokens is None:
+        if (
+            limit is not None
+            and request.max_completion_tokens is None
+            and request.max_tokens is None
+        ):
             request.max_tokens = limit
-        return await self._serve(self._chat, "create_chat_completion", request, guard, adapter, headers)
+        return await self._serve(
+            self._chat, "create_chat_completion", request, guard, adapter, headers
+        )
 
     async def _serve(
         self,
@@ -112,13 +157,17 @@ class VllmOpenAIServing:
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncIterator[str]:
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """Run one request on a copy of `server` whose engine is this request's guarded one."""
         request.model = adapter or self._name
         view = copy.copy(server)
-        view.engine_client = GuardedEngineClient(self._llm, guard, self._requests)
+        view.engine_client = engine = GuardedEngineClient(
+            self._llm, guard, self._requests, self._generate
+        )
         try:
             result = await getattr(view, method)(request, RawRequest(headers))
+            if not isinstance(result, (ErrorResponse, BaseModel)):
+                await grammars_checked(engine, result)
         except ServerError:
             raise
         except EngineDeadError as exc:
@@ -132,13 +181,27 @@ class VllmOpenAIServing:
         return result  # type: ignore[no-any-return]
 
 
+async def grammars_checked(engine: GuardedEngineClient, stream: Any) -> None:
+    """A stream starts once the grammars of its engine requests passed their checks; else
+    the stream is closed unread and the check's error raised."""
+    try:
+        await engine.grammars_checked()
+    except BaseException:
+        await stream.aclose()
+        raise
+
+
 def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, Any]:
     """vLLM's completion and chat servers with the model's options, as vLLM's server builds
     them from its flags; a `ModelConfigError` when the options do not fit the model."""
-    reasoning = options.reasoning_parser or getattr(llm.vllm_config.structured_outputs_config, "reasoning_parser", "")
+    reasoning = options.reasoning_parser or getattr(
+        llm.vllm_config.structured_outputs_config, "reasoning_parser", ""
+    )
     shared = {
         "request_logger": None,
-        "chat_template": None if options.chat_template is None else load_chat_template(options.chat_template),
+        "chat_template": None
+        if options.chat_template is None
+        else load_chat_template(options.chat_template),
         "chat_template_content_format": options.chat_template_content_format,
         "trust_request_chat_template": options.trust_request_chat_template,
         "enable_auto_tools": options.enable_auto_tool_choice,
@@ -158,9 +221,18 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, A
             llm.renderer,
             **accepted(OnlineRenderer, {**shared, "reasoning_parser": reasoning or None}),
         )
-        completion = OpenAIServingCompletion(llm, models, online_renderer=renderer, request_logger=None, **usage)
-        chat_arguments = {**shared, **usage, "reasoning_parser": reasoning or "", "online_renderer": renderer}
-        chat = OpenAIServingChat(llm, models, options.response_role, **accepted(OpenAIServingChat, chat_arguments))
+        completion = OpenAIServingCompletion(
+            llm, models, online_renderer=renderer, request_logger=None, **usage
+        )
+        chat_arguments = {
+            **shared,
+            **usage,
+            "reasoning_parser": reasoning or "",
+            "online_renderer": renderer,
+        }
+        chat = OpenAIServingChat(
+            llm, models, options.response_role, **accepted(OpenAIServingChat, chat_arguments)
+        )
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
     return completion, chat
@@ -176,9 +248,12 @@ def check_tool_options(options: OpenAIOptions) -> None:
         except KeyError as exc:
             known = ", ".join(sorted(ToolParserManager.list_registered()))
             raise ModelConfigError(
-                f"OPENAI_TOOL_CALL_PARSER: no tool-call parser '{options.tool_call_parser}' (known: {known})"
+                f"OPENAI_TOOL_CALL_PARSER: no tool-call parser '{options.tool_call_parser}' "
+                f"(known: {known})"
             ) from exc
-    if options.tool_strict_level and not accepted(OnlineRenderer, {"tool_strict_level": options.tool_strict_level}):
+    if options.tool_strict_level and not accepted(
+        OnlineRenderer, {"tool_strict_level": options.tool_strict_level}
+    ):
         raise ModelConfigError("OPENAI_TOOL_STRICT_LEVEL needs vLLM >= 0.30")
 
 
@@ -187,15 +262,30 @@ class GuardedEngineClient:
     `generate` runs through the request's guard and is known by the request's admitted id,
     so that a drain can abort it. Everything else is the engine's own."""
 
-    def __init__(self, llm: Any, guard: RequestGuard, requests: EngineRequests) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        guard: RequestGuard,
+        requests: EngineRequests,
+        generate: EngineOutputs | None = None,
+    ) -> None:
         self._llm = llm
         self._guard = guard
         self._requests = requests
+        self._generate = generate
+        self._grammar_checks: list[asyncio.Future[None]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._llm, name)
 
-    def generate(self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    async def grammars_checked(self) -> None:
+        """Wait for the grammar checks of the engine requests started so far: a grammar the
+        engine cannot use is refused before a stream starts."""
+        await asyncio.gather(*self._grammar_checks)
+
+    def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         """The engine's stream through the guard. A stream the core ends (its deadline) ends
         quietly when it streams to the client: vLLM's stream generator would log it as a
         crash; the frontend reports `guard.failure` in the stream instead."""
@@ -212,9 +302,40 @@ class GuardedEngineClient:
                 if not engine_ids:
                     del self._requests[admitted]
 
-        outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
+        if self._generate is None:
+            outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
+        else:
+            outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
+        if getattr(sampling_params, "structured_outputs", None) is not None:
+            check = asyncio.ensure_future(grammar_check(self._llm).check(sampling_params, ""))
+            check.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._grammar_checks.append(check)
+            outputs = grammar_checked(check, outputs, sampling_params)
         streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
-        return self._guard.stream(outputs, token_counts, quiet=streaming, on_start=remember, on_end=forget)
+        return self._guard.stream(
+            outputs,
+            token_counts,
+            quiet=streaming,
+            on_start=remember,
+            on_end=forget,
+            timeline=engine_timeline,
+        )
+
+
+async def grammar_checked(
+    check: asyncio.Future[None], outputs: Any, params: Any
+) -> AsyncIterator[Any]:
+    """The engine's outputs once the request's grammar passed its check; an output the
+    engine ended with an error is the request's own fault (its grammar was in play), not an
+    internal error."""
+    try:
+        await check
+        async for output in outputs:
+            if output.finished and any(c.finish_reason == ENGINE_ERROR for c in output.outputs):
+                raise failure_of(params, "")
+            yield output
+    finally:
+        await outputs.aclose()
 
 
 class RawRequest:

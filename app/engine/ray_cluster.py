@@ -43,7 +43,12 @@ def join_ray_cluster(address: str) -> None:
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, configure_logging=False, namespace="triton-vllm-generate")
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            configure_logging=False,
+            namespace="triton-vllm-generate",
+        )
 
 
 def keep_own_sigterm_handler() -> None:
@@ -115,7 +120,10 @@ class RayGroup:
 
     @property
     def description(self) -> str:
-        return f"Ray cluster {self.address} offers {self._offered:g} of the {self.devices} {self.resource} the model needs"
+        return (
+            f"Ray cluster {self.address} offers {self._offered:g} "
+            f"of the {self.devices} {self.resource} the model needs"
+        )
 
     async def start(self) -> None:
         """Join the cluster, start watching it, and wait until the group is whole."""
@@ -144,7 +152,9 @@ class RayGroup:
         if not self.is_whole:
             raise EngineUnhealthyError(f"Model is unavailable: {self.description}")
         if self._lost_a_node:
-            raise EngineUnhealthyError("Model is unavailable: the Ray group lost a node since the engine was built")
+            raise EngineUnhealthyError(
+                "Model is unavailable: the Ray group lost a node since the engine was built"
+            )
 
     async def stop(self) -> None:
         """Stop watching; the last group to stop disconnects this process from Ray."""
@@ -161,7 +171,9 @@ class RayGroup:
     async def probe(self) -> None:
         """Ask the cluster once; a cluster that does not answer counts as not whole."""
         try:
-            offered = await asyncio.wait_for(asyncio.to_thread(self._capacity, self.resource), PROBE_TIMEOUT_SECONDS)
+            offered = await asyncio.wait_for(
+                asyncio.to_thread(self._capacity, self.resource), PROBE_TIMEOUT_SECONDS
+            )
         except Exception as exc:  # noqa: BLE001 - GCS unreachable, Ray shut down, a timeout: all "not whole"
             logger.warning("Ray cluster %s does not answer: %r", self.address, exc)
             offered = 0.0
@@ -174,7 +186,9 @@ class RayGroup:
             self._whole.clear()
             if was_whole:
                 self._lost_a_node = True
-                logger.warning("the Ray group lost a node, the model is unready: %s", self.description)
+                logger.warning(
+                    "the Ray group lost a node, the model is unready: %s", self.description
+                )
 
     async def _watch(self) -> None:
         while True:
@@ -212,7 +226,9 @@ def engine_group(engine_args: Any, address: str | None) -> RayGroup | LocalGroup
         return LocalGroup()
     address = address or os.environ.get(RAY_ADDRESS_ENV)
     if not address:
-        logger.warning("no Ray address set (RAY_ADDRESS): vLLM will start a single-node Ray cluster")
+        logger.warning(
+            "no Ray address set (RAY_ADDRESS): vLLM will start a single-node Ray cluster"
+        )
         return LocalGroup()
     from vllm.platforms import current_platform
 

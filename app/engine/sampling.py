@@ -8,10 +8,12 @@ from functools import cache
 from typing import Any
 
 import msgspec
+from pydantic import ValidationError
 from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.errors import InvalidRequestError, did_you_mean
+from app.schemas.validation import invalid_request
 
 HIDDEN_SAMPLING_FIELDS = frozenset(
     {
@@ -44,7 +46,9 @@ def settable_sampling_fields() -> frozenset[str]:
     return frozenset(f for f in fields if not f.startswith("_")) - HIDDEN_SAMPLING_FIELDS
 
 
-def to_sampling_params(sampling: dict[str, Any], stream: bool, where: str = "parameters") -> SamplingParams:
+def to_sampling_params(
+    sampling: dict[str, Any], stream: bool, where: str = "parameters"
+) -> SamplingParams:
     """Validate and convert in one step (msgspec, to vLLM's own field types, then vLLM's
     own checks): DELTA outputs when streaming, one FINAL_ONLY output otherwise."""
     values = known_values(sampling, where)
@@ -57,7 +61,9 @@ def to_sampling_params(sampling: dict[str, Any], stream: bool, where: str = "par
     except msgspec.ValidationError as exc:
         message, _, location = str(exc).partition(" - at ")
         field = FIELD_IN_ERROR.search(location)
-        raise InvalidRequestError(f"{where}.{field.group(1)}: {message}" if field else f"{where}: {message}") from exc
+        raise InvalidRequestError(
+            f"{where}.{field.group(1)}: {message}" if field else f"{where}: {message}"
+        ) from exc
     except Exception as exc:  # vLLM validates in __post_init__ with several exception types
         raise InvalidRequestError(f"{where}: {exc}") from exc
 
@@ -69,7 +75,9 @@ def known_values(sampling: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in sampling.items():
         name = OLDER_NAMES.get(key, key)
         if name not in known:
-            raise InvalidRequestError(f"{where}.{key}: unknown sampling parameter{did_you_mean(key, known)}")
+            raise InvalidRequestError(
+                f"{where}.{key}: unknown sampling parameter{did_you_mean(key, known)}"
+            )
         if key == name or name not in sampling:
             values[name] = value
     return values
@@ -90,5 +98,7 @@ def structured_outputs(value: Any, where: str) -> StructuredOutputsParams:
         raise InvalidRequestError(f"{field}: must be a JSON object")
     try:
         return StructuredOutputsParams(**{k: v for k, v in value.items() if k != "backend"})
+    except ValidationError as exc:
+        raise invalid_request(exc, field) from exc
     except Exception as exc:
         raise InvalidRequestError(f"{field}: {exc}") from exc

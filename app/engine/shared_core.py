@@ -1,6 +1,7 @@
-"""One model version's engine core shared by several frontend processes, through vLLM's own
-multi-client engine support (what `vllm serve --api-server-count N` uses): the core tags
-each request with its client's index and sends the outputs back to that client only.
+"""The engine core of one instance of a model version, shared by several frontend processes,
+through vLLM's own multi-client engine support (what `vllm serve --api-server-count N` uses):
+the core tags each request with its client's index and sends the outputs back to that client
+only.
 
 The host (in the supervising process) launches the core with one pair of ZMQ addresses per
 client and watches it; each frontend connects one `AsyncLLM` client to its pair
@@ -24,6 +25,7 @@ from vllm.v1.engine.utils import EngineZmqAddresses, launch_core_engines
 from vllm.v1.executor import Executor
 
 from app.engine.client_slot import ClientSlot
+from app.engine.placement import placed
 from app.engine.processes import engine_processes_of, kill_survivors
 from app.repository.layout import ModelSpec
 
@@ -45,7 +47,8 @@ def shared_engine_config(engine_args: dict[str, Any], count: int, rank: int) -> 
 
 
 class EngineCoreHost:
-    """The engine-core processes of one model version serving `count` frontend clients."""
+    """The engine-core processes of one instance of a model version (`spec.instance`)
+    serving `count` frontend clients."""
 
     def __init__(self, spec: ModelSpec, count: int, run_dir: Path) -> None:
         self.spec = spec
@@ -65,15 +68,21 @@ class EngineCoreHost:
         ]
 
     def launch(self) -> None:
-        """Start the core and return once it is ready (blocking: run it in a thread). The
-        clients may connect before or after."""
+        """Start the core, its processes placed as its instance is, and return once it is
+        ready (blocking: run it in a thread). The clients may connect before or after."""
+        with placed(self.spec.instance):
+            self._launch()
+
+    def _launch(self) -> None:
         config = shared_engine_config(self.spec.engine_args, self.count, CORE_RANK)
         log_stats = not AsyncEngineArgs(**self.spec.engine_args).disable_log_stats
         addresses = EngineZmqAddresses(
             inputs=[slot.input_address for slot in self.slots],
             outputs=[slot.output_address for slot in self.slots],
         )
-        with launch_core_engines(config, Executor.get_class(config), log_stats, addresses) as launch:
+        with launch_core_engines(
+            config, Executor.get_class(config), log_stats, addresses
+        ) as launch:
             self._manager = launch[0] if isinstance(launch, tuple) else launch.engine_manager
         self._processes = engine_processes_of(self._manager)
 
@@ -91,7 +100,7 @@ class EngineCoreHost:
     def notify_dead(self) -> None:
         """Tell every client that the core is gone, with vLLM's own message: their requests
         end with `EngineDeadError` at once (a killed core could not tell them itself)."""
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         for slot in self.slots:
             with contextlib.closing(context.socket(zmq.PUSH)) as socket:
                 socket.setsockopt(zmq.LINGER, DEAD_NOTICE_LINGER_MS)

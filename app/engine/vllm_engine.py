@@ -8,25 +8,31 @@ import gc
 import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any, TypeVar
 
 import psutil
 from vllm import SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.lora.request import LoRARequest
 from vllm.usage.usage_lib import UsageContext
-from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
-from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest, TokenLogprobs
+from app.core.migration import EngineHandover
+from app.core.types import GenerationChunk, GenerationRequest
 from app.engine.accepting_llm import AcceptingAsyncLLM
+from app.engine.capacity import admission_capacity
 from app.engine.client_slot import ClientSlot, CoreBroker
+from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.openai_options import engine_reasoning_parser, openai_options
 from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
+from app.engine.outputs import to_chunk
+from app.engine.placement import placed
 from app.engine.processes import engine_processes, kill_survivors
+from app.engine.progress import StepCounter
 from app.engine.ray_cluster import engine_group
+from app.engine.resuming_client import ResumingRequest, can_migrate
 from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
@@ -34,10 +40,12 @@ from app.repository.layout import CONFIG_FILE, ModelSpec
 
 logger = logging.getLogger(__name__)
 
+Built = TypeVar("Built")
+
 MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
 """glibc's: returns the free heap to the system (absent from other C libraries)."""
-ENGINE_ERROR = "error"
-"""vLLM's finish reason for a request the engine failed."""
+PREFIX_CHARS_PER_TOKEN = 24
+"""`prefix_tokens` tokenizes this many characters per token wanted (tokens are shorter)."""
 
 try:  # vLLM >= 0.11 splits client errors from server errors
     from vllm.exceptions import VLLMClientError
@@ -46,8 +54,9 @@ except ImportError:  # pragma: no cover - older vLLM
 
 
 class VllmEngine:
-    """One `AsyncLLM` for one model version: with its own engine core, or as one client of a
-    core shared by several frontend processes (`client`)."""
+    """One `AsyncLLM` for one instance of a model version (`spec.instance`): with its own
+    engine core, or as one client of a core shared by several frontend processes
+    (`cores`)."""
 
     def __init__(
         self,
@@ -75,13 +84,18 @@ class VllmEngine:
         """Set when the engine core runs elsewhere, shared with other frontend processes."""
         self._slot: ClientSlot | None = None
         self._cpu_kvcache_space_gib = cpu_kvcache_space_gib
-        self._metrics = metrics if metrics is not None and not self._args.disable_log_stats else None
+        self._metrics = (
+            metrics if metrics is not None and not self._args.disable_log_stats else None
+        )
         self._llm: AcceptingAsyncLLM | None = None
         self._creating: asyncio.Future[AcceptingAsyncLLM] | None = None
         self._processes: list[psutil.Process] = []
         self._tokenizer: Any = None
         self._openai: VllmOpenAIServing | None = None
         self._openai_requests: EngineRequests = {}
+        self._steps = StepCounter()
+        self.handover: EngineHandover | None = None
+        """Set by supervision: running requests resume on the replacement when this dies."""
 
     async def start(self) -> None:
         """Wait for the engine's Ray group to be whole (if on Ray), then build the engine in a
@@ -95,17 +109,26 @@ class VllmEngine:
             raise
         if self._cores is not None:
             self._slot = await self._cores.acquire(self._spec)
-        self._creating = asyncio.ensure_future(asyncio.to_thread(self._create))
+        self._creating = asyncio.ensure_future(asyncio.to_thread(self._create_placed))
         self._llm = await asyncio.shield(self._creating)
         self._group.engine_built()
         self._processes = engine_processes(self._llm)
+        self._steps.watch(self._llm)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
         try:
-            self._openai = VllmOpenAIServing(self._llm, self._spec, self._openai_options, self._openai_requests)
+            self._openai = VllmOpenAIServing(
+                self._llm,
+                self._spec,
+                self._openai_options,
+                self._openai_requests,
+                generate=self.outputs,
+            )
         except ModelConfigError as exc:
             await self.shutdown()
-            raise ModelConfigError(f"{self._spec.version_path.parent / CONFIG_FILE}: {exc}") from exc
+            raise ModelConfigError(
+                f"{self._spec.version_path.parent / CONFIG_FILE}: {exc}"
+            ) from exc
 
     def engine_config(self) -> Any:
         """The engine's `VllmConfig` with the defaults `vllm serve` chooses for this hardware
@@ -117,12 +140,18 @@ class VllmEngine:
         args = AsyncEngineArgs(**self._engine_args)
         return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
+    def _create_placed(self) -> AcceptingAsyncLLM:
+        """The engine, its processes started with the instance's environment (one engine
+        start at a time in this process)."""
+        with placed(self._spec.instance):
+            return self._create()
+
     def _create(self) -> AcceptingAsyncLLM:
         config = self.engine_config()
         stat_loggers: list[Any] = [NoVllmPrometheus]
         if self._metrics is not None:
             families = self._metrics.families(config.model_config.max_model_len)
-            stat_loggers.append(families.stat_logger_factory(self._spec.name, self._spec.version))
+            stat_loggers.append(families.stat_logger_factory(*self._labels))
         client: dict[str, Any] = {}
         if self._slot is not None:
             client = {
@@ -130,13 +159,15 @@ class VllmEngine:
                 "client_count": self._slot.count,
                 "client_index": self._slot.index,
             }
-        return AcceptingAsyncLLM.from_vllm_config(
+        llm = AcceptingAsyncLLM.from_vllm_config(
             config,
             stat_loggers=stat_loggers,
             enable_log_requests=self._args.enable_log_requests,
             disable_log_stats=self._args.disable_log_stats,
             **client,
         )
+        assert isinstance(llm, AcceptingAsyncLLM)  # vLLM's classmethod builds `cls`
+        return llm
 
     async def shutdown(self) -> None:
         """Stop the engine (one still being built, once built): requests still waiting on it
@@ -165,7 +196,12 @@ class VllmEngine:
         if slot is not None and self._cores is not None:
             await self._cores.release(slot)
         if self._metrics is not None:
-            self._metrics.clear_load(self._spec.name, self._spec.version)
+            self._metrics.clear_load(*self._labels)
+
+    @property
+    def _labels(self) -> tuple[str, str, str]:
+        """Its `vllm:` series' labels: model, version, instance."""
+        return self._spec.name, self._spec.version, str(self._spec.instance.index)
 
     @property
     def is_healthy(self) -> bool:
@@ -183,6 +219,44 @@ class VllmEngine:
             raise EngineUnhealthyError() from exc
 
     @property
+    def progress(self) -> int:
+        """Messages the engine core sent (a step each): moves while the engine steps."""
+        return self._steps.steps
+
+    @property
+    def request_capacity(self) -> int | None:
+        if self._llm is None:
+            return None
+        return admission_capacity(
+            self._llm.vllm_config, self._slot.count if self._slot is not None else 1
+        )
+
+    @property
+    def llm(self) -> AcceptingAsyncLLM | None:
+        return self._llm
+
+    def track(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
+        self._openai_requests.setdefault(admitted_id, set()).update(engine_ids)
+
+    def untrack(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
+        known = self._openai_requests.get(admitted_id)
+        if known is not None:
+            known.difference_update(engine_ids)
+            if not known:
+                del self._openai_requests[admitted_id]
+
+    def outputs(
+        self, admitted_id: str, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
+    ) -> Any:
+        """`AsyncLLM.generate`'s outputs for a request admitted as `admitted_id`; under
+        supervision they resume on the replacement engine if this one dies."""
+        if self.handover is not None and can_migrate(params):
+            return ResumingRequest(self, admitted_id, prompt, params, request_id, kwargs).outputs()
+        if self._llm is None:
+            raise EngineDeadError()
+        return self._llm.generate(prompt, params, request_id, **kwargs)
+
+    @property
     def max_model_len(self) -> int:
         return self._llm.model_config.max_model_len if self._llm is not None else 0
 
@@ -193,17 +267,29 @@ class VllmEngine:
     def render_chat_prompt(self, text: str) -> str:
         if self._tokenizer is None or not getattr(self._tokenizer, "chat_template", None):
             return text
-        return self._tokenizer.apply_chat_template(
+        prompt: str = self._tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
+        return prompt
+
+    def prefix_tokens(self, text: str, limit: int) -> list[int]:
+        """The first `limit` tokens of `text` (only its leading characters are tokenized)."""
+        if self._tokenizer is None:
+            return []
+        ids = self._tokenizer.encode(
+            text[: limit * PREFIX_CHARS_PER_TOKEN], add_special_tokens=False
+        )
+        return list(ids[:limit])
 
     @property
     def openai_serving(self) -> VllmOpenAIServing | None:
-        """vLLM's OpenAI API for this model (the OpenAI frontend's capability); None until started."""
+        """vLLM's OpenAI API for this model (the OpenAI frontend's capability); None until
+        started."""
         return self._openai
 
     async def abort(self, request_id: str) -> None:
-        """Abort the request, or every engine request an OpenAI request admitted as `request_id` runs."""
+        """Abort the request, or every engine request that an OpenAI request admitted as
+        `request_id` runs."""
         if self._llm is not None:
             await self._llm.abort([request_id, *self._openai_requests.get(request_id, ())])
 
@@ -213,7 +299,7 @@ class VllmEngine:
         as `AsyncLLM.get_num_unfinished_requests` does where it exists: vLLM 0.25 lacks it.)"""
         if self._llm is None or self._llm.errored:
             return 0
-        return self._llm.output_processor.get_num_unfinished_requests()
+        return int(self._llm.output_processor.get_num_unfinished_requests())
 
     async def check_health(self) -> None:
         if self._llm is None:
@@ -224,10 +310,13 @@ class VllmEngine:
         except Exception as exc:
             raise EngineUnhealthyError() from exc
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         if self._llm is None:
             raise EngineUnhealthyError()
-        sampling_params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+        sampling_params = to_sampling_params(
+            request.sampling, request.stream, request.parameters_field
+        )
+        await grammar_check(self._llm).check(sampling_params, request.parameters_field)
         prompt: dict[str, Any] = {"prompt": request.prompt}
         if request.images:
             prompt["multi_modal_data"] = {"image": request.images}
@@ -236,7 +325,9 @@ class VllmEngine:
             lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
         if request.on_accepted is not None:
             self._llm.on_accepted[request.request_id] = request.on_accepted
-        outputs = self._llm.generate(prompt, sampling_params, request.request_id, lora_request=lora)
+        outputs = self.outputs(
+            request.request_id, prompt, sampling_params, request.request_id, lora_request=lora
+        )
         try:
             async for output in outputs:
                 chunk = to_chunk(output)
@@ -245,6 +336,8 @@ class VllmEngine:
                 yield chunk
         except EngineDeadError as exc:
             raise EngineUnhealthyError() from exc
+        except ServerError:
+            raise
         except (VLLMClientError, ValueError) as exc:
             raise InvalidRequestError(str(exc)) from exc
         except Exception as exc:
@@ -262,11 +355,8 @@ class VllmEngine:
 def check_not_failed(chunk: GenerationChunk, sampling_params: SamplingParams, where: str) -> None:
     """vLLM ends a request it could not run with finish reason "error" (e.g. a grammar that
     passed its checks but failed to compile): an error, never a success."""
-    if not any(c.finish_reason == ENGINE_ERROR for c in chunk.completions):
-        return
-    if sampling_params.structured_outputs is not None:
-        raise InvalidRequestError(f"{where}.structured_outputs: the engine could not compile this grammar")
-    raise ServerError("Error generating stream: the engine could not run the request")
+    if any(c.finish_reason == ENGINE_ERROR for c in chunk.completions):
+        raise failure_of(sampling_params, where)
 
 
 def return_freed_memory() -> None:
@@ -279,43 +369,9 @@ def return_freed_memory() -> None:
         MALLOC_TRIM(0)
 
 
-async def built(creating: asyncio.Future[AsyncLLM]) -> AsyncLLM | None:
+async def built(creating: asyncio.Future[Built]) -> Built | None:
     """The engine a start was building, once built; None when building it failed."""
     try:
         return await asyncio.shield(creating)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the start that was building it reports the failure
         return None
-
-
-def to_chunk(output: Any) -> GenerationChunk:
-    """A vLLM `RequestOutput` (DELTA or FINAL_ONLY) as an engine-neutral chunk."""
-    return GenerationChunk(
-        completions=[
-            CompletionDelta(
-                index=completion.index,
-                text=completion.text,
-                num_tokens=len(completion.token_ids),
-                cumulative_logprob=completion.cumulative_logprob,
-                logprobs=None if completion.logprobs is None else plain_logprobs(completion.logprobs),
-                finish_reason=completion.finish_reason,
-            )
-            for completion in output.outputs
-        ],
-        num_prompt_tokens=len(output.prompt_token_ids or ()),
-        finished=output.finished,
-    )
-
-
-def plain_logprobs(positions: Iterable[dict[int, Any]]) -> list[TokenLogprobs]:
-    """vLLM's per-position `Logprob` objects as plain dicts, the backend's structure."""
-    return [
-        {
-            token_id: {
-                "logprob": entry.logprob,
-                "rank": entry.rank,
-                "decoded_token": entry.decoded_token,
-            }
-            for token_id, entry in position.items()
-        }
-        for position in positions
-    ]

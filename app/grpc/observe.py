@@ -15,16 +15,24 @@ import grpc
 import grpc.aio
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from app.grpc.load_request import LOAD_METHOD, bounded_load_handler
 from app.grpc.status import SHUTTING_DOWN_MESSAGE
 from app.observability.access_log import RequestLog, write_access_log
 from app.repository.registry import ModelRegistry
+from app.security.restrictions import NO_RESTRICTIONS, ApiGroup, Restrictions
 
 ACCESS_LOG_METHOD = "GRPC"
 INFERENCE_SERVICE = "inference.GRPCInferenceService"
 HEALTH_METHODS = frozenset(
-    {f"/{INFERENCE_SERVICE}/ServerLive", f"/{INFERENCE_SERVICE}/ServerReady", "/grpc.health.v1.Health/Check"}
+    {
+        f"/{INFERENCE_SERVICE}/ServerLive",
+        f"/{INFERENCE_SERVICE}/ServerReady",
+        "/grpc.health.v1.Health/Check",
+    }
 )
-INFERENCE_METHODS = frozenset({f"/{INFERENCE_SERVICE}/ModelInfer", f"/{INFERENCE_SERVICE}/ModelStreamInfer"})
+INFERENCE_METHODS = frozenset(
+    {f"/{INFERENCE_SERVICE}/ModelInfer", f"/{INFERENCE_SERVICE}/ModelStreamInfer"}
+)
 UNAUTHORIZED_MESSAGE = "missing or invalid API key: send the metadata `authorization: Bearer <key>`"
 REQUEST_ID_METADATA = "x-request-id"
 
@@ -48,7 +56,8 @@ class GrpcMetrics:
         )
         self.stream_requests = Counter(
             "grpc_server_stream_requests_total",
-            "Inference requests carried by ModelStreamInfer streams, by the status each ended with.",
+            "Inference requests carried by ModelStreamInfer streams, "
+            "by the status each ended with.",
             labels,
             registry=registry,
         )
@@ -69,12 +78,48 @@ def split_method(method: str) -> tuple[str, str]:
     return service, name
 
 
+METHOD_GROUPS: dict[str, ApiGroup] = {
+    **dict.fromkeys(HEALTH_METHODS, ApiGroup.HEALTH),
+    f"/{INFERENCE_SERVICE}/ModelReady": ApiGroup.HEALTH,
+    "/grpc.health.v1.Health/Watch": ApiGroup.HEALTH,
+    f"/{INFERENCE_SERVICE}/ServerMetadata": ApiGroup.METADATA,
+    f"/{INFERENCE_SERVICE}/ModelMetadata": ApiGroup.METADATA,
+    **dict.fromkeys(INFERENCE_METHODS, ApiGroup.INFERENCE),
+    f"/{INFERENCE_SERVICE}/ModelConfig": ApiGroup.MODEL_CONFIG,
+    f"/{INFERENCE_SERVICE}/ModelStatistics": ApiGroup.STATISTICS,
+    f"/{INFERENCE_SERVICE}/RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
+    f"/{INFERENCE_SERVICE}/RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
+    f"/{INFERENCE_SERVICE}/RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
+    f"/{INFERENCE_SERVICE}/TraceSetting": ApiGroup.TRACE,
+    f"/{INFERENCE_SERVICE}/LogSettings": ApiGroup.LOGGING,
+    **{
+        f"/{INFERENCE_SERVICE}/{kind}SharedMemory{verb}": ApiGroup.SHARED_MEMORY
+        for kind in ("System", "Cuda")
+        for verb in ("Status", "Register", "Unregister")
+    },
+}
+"""Triton's restricted protocol group of each RPC."""
+
+
 @dataclass(frozen=True, slots=True)
 class AccessPolicy:
-    """Who may call: the API keys (none means anyone) and whether health calls are open."""
+    """Who may call: the API keys (none means anyone), whether health calls are open, and
+    Triton's restricted protocol groups."""
 
     api_keys: tuple[str, ...] = ()
     open_health: bool = True
+    restrictions: Restrictions = NO_RESTRICTIONS
+
+    def restriction_refusal(
+        self, method: str, metadata: Iterable[tuple[str, Any]] | None
+    ) -> str | None:
+        """Triton's message when `method` is in a restricted group and the call lacks its
+        metadata; None when it may proceed."""
+        group = METHOD_GROUPS.get(method)
+        if group is None:
+            return None
+        values = {key: value for key, value in metadata or () if isinstance(value, str)}
+        return self.restrictions.refusal(group, values, protocol=True)
 
     def allows(self, method: str, metadata: Iterable[tuple[str, Any]] | None) -> bool:
         if not self.api_keys or (self.open_health and method in HEALTH_METHODS):
@@ -122,8 +167,13 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method, metadata = details.method, details.invocation_metadata
+        if method == LOAD_METHOD:
+            handler = bounded_load_handler(handler, self._registry.override_limits.max_files)
         refusal = None
-        if not self._policy.allows(method, metadata):
+        restricted = self._policy.restriction_refusal(method, metadata)
+        if restricted is not None:
+            refusal = (grpc.StatusCode.UNAVAILABLE, restricted)
+        elif not self._policy.allows(method, metadata):
             refusal = (grpc.StatusCode.UNAUTHENTICATED, UNAUTHORIZED_MESSAGE)
         elif method in INFERENCE_METHODS and self._registry.draining:
             refusal = (grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN_MESSAGE)
@@ -155,7 +205,10 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
             try:
                 if refusal is not None:
                     await context.abort(*refusal)
-                return await behavior(request, context)
+                response = await behavior(request, context)
+                if context.cancelled():
+                    code = grpc.StatusCode.CANCELLED
+                return response
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
@@ -163,13 +216,15 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
                 code = grpc.StatusCode.CANCELLED
                 raise
             except Exception:
-                code = grpc.StatusCode.UNKNOWN
+                code = grpc.StatusCode.CANCELLED if context.cancelled() else grpc.StatusCode.UNKNOWN
                 raise
             finally:
                 self._metrics.call_ended(method, code, time.perf_counter() - started)
                 if log_call:
                     request_id = metadata_value(metadata, REQUEST_ID_METADATA) or uuid.uuid4().hex
-                    record = RequestLog(request_id=request_id, method=ACCESS_LOG_METHOD, path=method)
+                    record = RequestLog(
+                        request_id=request_id, method=ACCESS_LOG_METHOD, path=method
+                    )
                     record.started, record.status = started, code.value[0]
                     write_access_log(record, self._log_prompts)
 

@@ -15,7 +15,9 @@ from app.schemas.generate import GenerateRequest
 from app.schemas.validation import validate_data
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
-RESERVED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"})
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+)
 """Request parameters Triton's core reads itself; they never reach the backend."""
 BACKEND_PARAMETER_KINDS = frozenset({"bool_param", "int64_param", "string_param", "double_param"})
 LIST_INPUTS = frozenset({"image"})
@@ -42,7 +44,9 @@ def read_request(request: service_pb2.ModelInferRequest) -> tuple[GenerateReques
     }
     if "sampling_parameters" not in body and parameters:
         body["parameters"] = parameters
-    options = InferOptions(empty_final_response=empty_final, requested_outputs=requested_outputs(request))
+    options = InferOptions(
+        empty_final_response=empty_final, requested_outputs=requested_outputs(request)
+    )
     return validate_data(GenerateRequest, body), options
 
 
@@ -55,7 +59,8 @@ def request_parameters(request: service_pb2.ModelInferRequest) -> tuple[dict[str
         if key == EMPTY_FINAL_RESPONSE:
             if kind != "bool_param":
                 raise InvalidRequestError(
-                    f"invalid value type for '{EMPTY_FINAL_RESPONSE}' parameter, expected bool_param."
+                    f"invalid value type for '{EMPTY_FINAL_RESPONSE}' parameter, "
+                    f"expected bool_param."
                 )
             empty_final = parameter.bool_param
         elif key.startswith("triton_"):
@@ -67,7 +72,8 @@ def request_parameters(request: service_pb2.ModelInferRequest) -> tuple[dict[str
             continue
         elif kind not in BACKEND_PARAMETER_KINDS:
             raise InvalidRequestError(
-                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+                f"invalid value type for '{key}' parameter, "
+                f"expected int64_param, bool_param, or string_param."
             )
         else:
             values[key] = getattr(parameter, kind)
@@ -78,5 +84,7 @@ def requested_outputs(request: service_pb2.ModelInferRequest) -> frozenset[str]:
     names = frozenset(output.name for output in request.outputs)
     for name in names:
         if name not in OUTPUT_DATATYPES:
-            raise InvalidRequestError(f"unexpected inference output '{name}' for model '{request.model_name}'")
+            raise InvalidRequestError(
+                f"unexpected inference output '{name}' for model '{request.model_name}'"
+            )
     return names

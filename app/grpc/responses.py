@@ -13,13 +13,20 @@ from app.triton.outputs import ResponseBuilder
 
 FINAL_RESPONSE = "triton_final_response"
 SCALAR_OUTPUTS = frozenset({"num_input_tokens"})
-"""Outputs the backend sends as 0-d arrays (shape `[]`); the others hold one value per completion."""
+"""Outputs the backend sends as 0-d arrays (shape `[]`); the others hold one value per
+completion."""
 
 
 def produced_outputs(options: OutputOptions) -> set[str]:
     """`text_output` always; each additional output only when its `return_*` input is true."""
     produced = {"text_output"}
-    for name in ("finish_reason", "cumulative_logprob", "logprobs", "num_input_tokens", "num_output_tokens"):
+    for name in (
+        "finish_reason",
+        "cumulative_logprob",
+        "logprobs",
+        "num_input_tokens",
+        "num_output_tokens",
+    ):
         if getattr(options, name):
             produced.add(name)
     return produced
@@ -30,7 +37,12 @@ class StreamResponses:
     shapes, id) copied per chunk, and the chunk's fields encoded as raw tensors."""
 
     def __init__(
-        self, request: TritonRequest, options: InferOptions, model_name: str, model_version: str, request_id: str
+        self,
+        request: TritonRequest,
+        options: InferOptions,
+        model_name: str,
+        model_version: str,
+        request_id: str,
     ) -> None:
         self._builder = ResponseBuilder(request, model_name, model_version, scalars=False)
         produced = produced_outputs(request.outputs)
@@ -71,7 +83,9 @@ class StreamResponses:
         return mark_final(message)
 
 
-def mark_final(message: service_pb2.ModelStreamInferResponse) -> service_pb2.ModelStreamInferResponse:
+def mark_final(
+    message: service_pb2.ModelStreamInferResponse,
+) -> service_pb2.ModelStreamInferResponse:
     message.infer_response.parameters[FINAL_RESPONSE].bool_param = True
     return message
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -12,11 +13,32 @@ from tritonclient.grpc import service_pb2_grpc
 
 from app.grpc.observe import AccessPolicy, FrontendInterceptor, GrpcMetrics
 from app.grpc.servicer import HealthServicer, InferenceServicer
+from app.grpc.trace_context import TraceContextInterceptor
 from app.runtime import Runtime
+from app.security.restrictions import NO_RESTRICTIONS, Restrictions
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcTls:
+    """Triton's --grpc-use-ssl: the server's PEM certificate chain and key, and with
+    `mutual` (--grpc-use-ssl-mutual) the CA certificates that must sign each client's."""
+
+    server_cert: Path
+    server_key: Path
+    root_cert: Path | None = None
+    mutual: bool = False
+
+    def credentials(self) -> grpc.ServerCredentials:
+        root = self.root_cert.read_bytes() if self.root_cert is not None else None
+        return grpc.ssl_server_credentials(
+            [(self.server_key.read_bytes(), self.server_cert.read_bytes())],
+            root_certificates=root,
+            require_client_auth=self.mutual,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +49,7 @@ class GrpcOptions:
     port: int = 8001
     api_keys: tuple[str, ...] = ()
     open_health: bool = True
+    restrictions: Restrictions = NO_RESTRICTIONS
     log_prompts: bool = False
     max_receive_message_bytes: int = 8 * 1024 * 1024
     max_send_message_bytes: int = INT32_MAX
@@ -36,6 +59,7 @@ class GrpcOptions:
     http2_max_pings_without_data: int = 2
     http2_min_recv_ping_interval_without_data_ms: int = 300_000
     http2_max_ping_strikes: int = 2
+    tls: GrpcTls | None = None
     reuse_port: bool = False
     """SO_REUSEPORT: let several server processes share the port (the kernel spreads the
     connections). Off by default, so that a second server on a taken port fails to start."""
@@ -79,20 +103,26 @@ class GrpcServer:
         interceptor = FrontendInterceptor(
             self._runtime.registry,
             self._metrics,
-            AccessPolicy(api_keys=options.api_keys, open_health=options.open_health),
+            AccessPolicy(options.api_keys, options.open_health, options.restrictions),
             options.log_prompts,
         )
-        server = grpc.aio.server(interceptors=[interceptor], options=options.channel_options())
+        interceptors = [interceptor, TraceContextInterceptor()]
+        server = grpc.aio.server(interceptors=interceptors, options=options.channel_options())
         inference = InferenceServicer(self._runtime, self._metrics, options.log_prompts)
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
         health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(inference), server)
         try:
-            self.port = server.add_insecure_port(options.address)
+            if options.tls is None:
+                self.port = server.add_insecure_port(options.address)
+            else:
+                self.port = server.add_secure_port(options.address, options.tls.credentials())
         except RuntimeError as exc:
             raise RuntimeError(f"gRPC: cannot listen on {options.address}: {exc}") from exc
         await server.start()
         self._server = server
-        logger.info("gRPC (Triton's GRPCInferenceService) listening on %s", options.address)
+        logger.info(
+            "Started GRPCInferenceService at %s", GrpcOptions(options.host, self.port).address
+        )
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls; running ones may finish for `grace` seconds, then are cancelled."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
@@ -13,20 +13,23 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from app.core.routing import PIN_HEADER
 from app.errors import ModelNotFoundError, ServerError
+from app.grpc.log_settings import log_settings
 from app.grpc.observe import INFERENCE_SERVICE, GrpcMetrics
 from app.grpc.status import DECOUPLED_INFER_MESSAGE, status_code
-from app.grpc.stream import StreamSession
-from app.repository.overrides import parse_override
+from app.grpc.stream import StreamSession, metadata_value
+from app.repository.overrides import check_override_files, parse_override
 from app.runtime import Runtime
 from app.triton.model_config import completed_config, metadata_json
-from app.triton.repository import load_model
+from app.triton.repository import check_control_requests, load_model, unload_model
 from app.triton.server_metadata import server_metadata
 from app.triton.statistics import statistics_json
+from app.triton.trace_settings import check_model, grpc_answer, grpc_change, settings_of
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-Context = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext
 UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -55,6 +58,11 @@ def load_parameters(parameters: Any) -> dict[str, object]:
     return values
 
 
+def parameter_sizes(parameters: Any) -> dict[str, int]:
+    """Each load parameter's size in bytes (that of its `bytes_param`: a file's content)."""
+    return {key: len(parameter.bytes_param) for key, parameter in parameters.items()}
+
+
 def not_supported(feature: str) -> Callable[[Any, Any, Context], Awaitable[Any]]:
     async def handler(self: Any, request: Any, context: Context) -> Any:
         await context.abort(UNIMPLEMENTED, f"{feature} is not supported by this server")
@@ -71,7 +79,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._log_prompts = log_prompts
 
     def server_ready(self) -> bool:
-        return all(model.is_ready for model in self._runtime.registry)
+        return self._runtime.registry.is_ready
 
     async def ServerLive(self, request: Any, context: Context) -> service_pb2.ServerLiveResponse:
         return service_pb2.ServerLiveResponse(live=True)
@@ -87,14 +95,22 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=served.is_ready)
 
-    async def ServerMetadata(self, request: Any, context: Context) -> service_pb2.ServerMetadataResponse:
+    async def ServerMetadata(
+        self, request: Any, context: Context
+    ) -> service_pb2.ServerMetadataResponse:
         return service_pb2.ServerMetadataResponse(**server_metadata())
 
     @answers_errors
-    async def ModelMetadata(self, request: Any, context: Context) -> service_pb2.ModelMetadataResponse:
+    async def ModelMetadata(
+        self, request: Any, context: Context
+    ) -> service_pb2.ModelMetadataResponse:
         registry = self._runtime.registry
         served = registry.get(request.name, request.version)
-        versions = [served.version] if request.version else [v.version for v in registry.versions(request.name)]
+        versions = (
+            [served.version]
+            if request.version
+            else [v.version for v in registry.versions(request.name)]
+        )
         return json_format.ParseDict(
             metadata_json(request.name, versions, served.spec), service_pb2.ModelMetadataResponse()
         )
@@ -105,28 +121,42 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ModelConfigResponse(config=completed_config(served.spec))
 
     @answers_errors
-    async def ModelStatistics(self, request: Any, context: Context) -> service_pb2.ModelStatisticsResponse:
-        data = statistics_json(self._runtime.registry, self._runtime.statistics, request.name, request.version)
+    async def ModelStatistics(
+        self, request: Any, context: Context
+    ) -> service_pb2.ModelStatisticsResponse:
+        data = statistics_json(
+            self._runtime.registry, self._runtime.statistics, request.name, request.version
+        )
         return json_format.ParseDict(data, service_pb2.ModelStatisticsResponse())
 
     @answers_errors
-    async def RepositoryIndex(self, request: Any, context: Context) -> service_pb2.RepositoryIndexResponse:
+    async def RepositoryIndex(
+        self, request: Any, context: Context
+    ) -> service_pb2.RepositoryIndexResponse:
         if request.repository_name:
             await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
         response = service_pb2.RepositoryIndexResponse()
         for entry in self._runtime.registry.index():
             if not request.ready or entry.state == "READY":
                 response.models.add(
-                    name=entry.name, version=entry.version or "", state=entry.state, reason=entry.reason
+                    name=entry.name,
+                    version=entry.version or "",
+                    state=entry.state,
+                    reason=entry.reason,
                 )
         return response
 
     @answers_errors
-    async def RepositoryModelLoad(self, request: Any, context: Context) -> service_pb2.RepositoryModelLoadResponse:
+    async def RepositoryModelLoad(
+        self, request: Any, context: Context
+    ) -> service_pb2.RepositoryModelLoadResponse:
         if request.repository_name:
             await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        registry = self._runtime.registry
+        check_control_requests(registry)
+        check_override_files(parameter_sizes(request.parameters), registry.override_limits)
         override = parse_override(load_parameters(request.parameters))
-        await load_model(self._runtime.registry, self._runtime.statistics, request.model_name, override)
+        await load_model(registry, self._runtime.statistics, request.model_name, override)
         return service_pb2.RepositoryModelLoadResponse()
 
     @answers_errors
@@ -141,7 +171,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "invalid value type for 'unload_dependents' parameter, expected bool_param.",
             )
-        await self._runtime.registry.unload(request.model_name)
+        await unload_model(self._runtime.registry, request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
     @answers_errors
@@ -154,7 +184,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> None:
-        await StreamSession(self._runtime, self._metrics, context, self._log_prompts).run(request_iterator)
+        pin = metadata_value(context, PIN_HEADER)
+        session = StreamSession(self._runtime, self._metrics, context, self._log_prompts, pin)
+        await session.run(request_iterator)
 
     SystemSharedMemoryStatus = not_supported("system shared memory")
     SystemSharedMemoryRegister = not_supported("system shared memory")
@@ -162,8 +194,30 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryStatus = not_supported("CUDA shared memory")
     CudaSharedMemoryRegister = not_supported("CUDA shared memory")
     CudaSharedMemoryUnregister = not_supported("CUDA shared memory")
-    TraceSetting = not_supported("trace")
-    LogSettings = not_supported("dynamic logging")
+
+    @answers_errors
+    async def TraceSetting(
+        self, request: Any, context: Context
+    ) -> service_pb2.TraceSettingResponse:
+        """Triton's trace extension: change the global (or a model's) trace setting, answer it."""
+        settings = settings_of(self._runtime.trace_settings)
+        check_model(self._runtime.registry, request.model_name)
+        if request.settings:
+            change = grpc_change(
+                {name: list(value.value) for name, value in request.settings.items()}
+            )
+            settings.update(request.model_name, change)
+            if self._runtime.group is not None:
+                await self._runtime.group.share_trace_setting(request.model_name, change)
+        response = service_pb2.TraceSettingResponse()
+        for name, values in grpc_answer(settings, request.model_name).items():
+            response.settings[name].value.extend(values)
+        return response
+
+    @answers_errors
+    async def LogSettings(self, request: Any, context: Context) -> service_pb2.LogSettingsResponse:
+        """Triton's logging extension: change log settings at once, answer them all."""
+        return await log_settings(request, self._runtime.group)
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
@@ -176,6 +230,8 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
         if request.service not in ("", INFERENCE_SERVICE):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
         status = health_pb2.HealthCheckResponse
-        return status(status=status.SERVING if self._inference.server_ready() else status.NOT_SERVING)
+        return status(
+            status=status.SERVING if self._inference.server_ready() else status.NOT_SERVING
+        )
 
     Watch = not_supported("watching the health status")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import grpc
 
 from app.errors import (
+    ForbiddenError,
     InvalidRequestError,
     ModelLoadError,
     ModelNotFoundError,
     ModelUnavailableError,
+    NotSupportedError,
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
@@ -19,7 +21,9 @@ from app.errors import (
 CODE_BY_ERROR: dict[type[ServerError], grpc.StatusCode] = {
     PayloadTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
     UnauthorizedError: grpc.StatusCode.UNAUTHENTICATED,
+    ForbiddenError: grpc.StatusCode.UNAVAILABLE,
     ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
     OverloadedError: grpc.StatusCode.UNAVAILABLE,
     ModelUnavailableError: grpc.StatusCode.UNAVAILABLE,

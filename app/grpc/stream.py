@@ -24,9 +24,17 @@ from app.grpc.responses import StreamResponses, error_response, mark_final
 from app.grpc.status import status_code
 from app.observability.access_log import RequestLog, write_access_log
 from app.runtime import Runtime
+from app.security.redaction import without_dumps
 from app.triton.inputs import StreamPolicy, triton_request
 
 logger = logging.getLogger(__name__)
+
+try:  # what grpc.aio's write raises on a call its client has cancelled, before the call knows
+    from grpc._cython.cygrpc import ExecuteBatchError
+
+    CALL_BROKEN: tuple[type[BaseException], ...] = (ExecuteBatchError,)
+except ImportError:  # pragma: no cover - a grpcio that names it otherwise
+    CALL_BROKEN = ()
 
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 ONE_RESPONSE_UNLESS_STREAM = StreamPolicy(default=False)
@@ -40,14 +48,22 @@ class StreamSession:
     """The requests of one stream, each in its own task, and the stream's one writer."""
 
     def __init__(
-        self, runtime: Runtime, metrics: GrpcMetrics, context: grpc.aio.ServicerContext, log_prompts: bool
+        self,
+        runtime: Runtime,
+        metrics: GrpcMetrics,
+        context: grpc.aio.ServicerContext,
+        log_prompts: bool,
+        pin: str | None = None,
     ) -> None:
         self._runtime = runtime
         self._metrics = metrics
         self._context = context
         self._log_prompts = log_prompts
         self._write_lock = asyncio.Lock()
+        self._broken = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pin = pin
+        """The instance the call's metadata pins its requests to, where pins are allowed."""
 
     async def run(self, requests: AsyncIterator[service_pb2.ModelInferRequest]) -> None:
         """Serve every request of the stream; return (status OK) once the client half-closed
@@ -74,25 +90,47 @@ class StreamSession:
         logger.info("%s: %d aborted", CANCELLED, len(running))
 
     async def _serve(self, request: service_pb2.ModelInferRequest) -> None:
-        """One request: its responses, or its error as a response; one access-log line."""
-        log = RequestLog(request_id=request.id or uuid.uuid4().hex, method=ACCESS_LOG_METHOD, path=STREAM_METHOD)
-        code = grpc.StatusCode.OK
+        """One request: its responses, or its error as a response; one access-log line and
+        one count by the status it ended with (a request of a cancelled call: CANCELLED)."""
+        log = RequestLog(
+            request_id=request.id or uuid.uuid4().hex, method=ACCESS_LOG_METHOD, path=STREAM_METHOD
+        )
+        code = grpc.StatusCode.INTERNAL
         try:
-            await self._generate(request, log)
-        except ServerError as exc:
-            code = status_code(exc)
-            await self._write(error_response(exc.message, request, log.version or ""))
+            code = await self._answer(request, log)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
-        except Exception as exc:
-            logger.exception("stream request %s failed", log.request_id)
-            code = grpc.StatusCode.INTERNAL
-            await self._write(error_response(f"Error generating stream: {exc}", request, log.version or ""))
+        except Exception:
+            logger.exception("stream request %s: its error could not be written", log.request_id)
         finally:
             log.status = code.value[0]
             self._metrics.stream_request_ended(STREAM_METHOD, code)
             write_access_log(log, self._log_prompts)
+
+    async def _answer(
+        self, request: service_pb2.ModelInferRequest, log: RequestLog
+    ) -> grpc.StatusCode:
+        """The request's responses, or its error written as a response: the status it ended
+        with. Whatever fails once the client has cancelled the call is the cancel's doing."""
+        try:
+            await self._generate(request, log)
+            return grpc.StatusCode.OK
+        except CallEnded:
+            return grpc.StatusCode.CANCELLED
+        except ServerError as exc:
+            code, text, log.error = status_code(exc), exc.message, exc.detail
+        except Exception as exc:
+            if self._call_ended():
+                return grpc.StatusCode.CANCELLED
+            logger.exception("stream request %s failed", log.request_id)
+            log.error = f"Error generating stream: {exc}"
+            code, text = grpc.StatusCode.INTERNAL, without_dumps(log.error)
+        try:
+            await self._write(error_response(text, request, log.version or ""))
+        except CallEnded:
+            return grpc.StatusCode.CANCELLED
+        return code
 
     async def _generate(self, request: service_pb2.ModelInferRequest, log: RequestLog) -> None:
         """Run the request through the core and write a response per chunk. The finished
@@ -101,9 +139,11 @@ class StreamSession:
         log.model, log.version = model.name, model.version
         body, options = read_request(request)
         log.prompt = body.text_input
-        triton = triton_request(body, model, ONE_RESPONSE_UNLESS_STREAM)
+        generation = self._runtime.generation
+        triton = triton_request(body, model, ONE_RESPONSE_UNLESS_STREAM, generation.limits)
+        triton.generation.instance_pin = self._pin
         responses = StreamResponses(triton, options, model.name, model.version, request.id)
-        chunks = self._runtime.generation.generate(model, triton.generation, log)
+        chunks = generation.generate(model, triton.generation, log)
         held: service_pb2.ModelStreamInferResponse | None = None
         try:
             async for chunk in chunks:
@@ -116,7 +156,7 @@ class StreamSession:
                 else:
                     await self._write(message)
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
+            await chunks.aclose()
         if options.empty_final_response:
             if held is not None:
                 await self._write(held)
@@ -125,6 +165,34 @@ class StreamSession:
             await self._write(mark_final(held) if held is not None else responses.empty_final())
 
     async def _write(self, message: service_pb2.ModelStreamInferResponse) -> None:
-        """One write at a time on the call (gRPC allows no concurrent writes)."""
+        """One write at a time on the call (gRPC allows no concurrent writes); `CallEnded`
+        when the client cancelled the call (before or during the write)."""
         async with self._write_lock:
-            await self._context.write(message)
+            if self._call_ended():
+                raise CallEnded()
+            try:
+                await self._context.write(message)
+            except CALL_BROKEN as exc:
+                self._broken = True
+                raise CallEnded() from exc
+            except Exception as exc:
+                if self._call_ended():
+                    raise CallEnded() from exc
+                raise
+
+    def _call_ended(self) -> bool:
+        """The client cancelled the call, a write found it gone, or it ended otherwise:
+        nothing more reaches the client."""
+        return self._broken or self._context.cancelled() or self._context.done()
+
+
+def metadata_value(context: grpc.aio.ServicerContext, key: str) -> str | None:
+    """The call's metadata entry `key` (the first one), if it has one."""
+    for entry_key, value in context.invocation_metadata() or ():
+        if entry_key == key:
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return None
+
+
+class CallEnded(Exception):
+    """The stream's call ended (the client cancelled it) before a response could be written."""

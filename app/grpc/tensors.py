@@ -59,9 +59,13 @@ def decode_inputs(request: service_pb2.ModelInferRequest) -> dict[str, list[Any]
     for index, tensor in enumerate(request.inputs):
         spec = INPUTS.get(tensor.name)
         if spec is None:
-            raise InvalidRequestError(f"unexpected inference input '{tensor.name}' for model '{model}'")
+            raise InvalidRequestError(
+                f"unexpected inference input '{tensor.name}' for model '{model}'"
+            )
         if tensor.name in values:
-            raise InvalidRequestError(f"{request_label(request)}input '{tensor.name}' is given more than once")
+            raise InvalidRequestError(
+                f"{request_label(request)}input '{tensor.name}' is given more than once"
+            )
         check_tensor(request, tensor, spec)
         if raw and tensor.HasField("contents"):
             raise InvalidRequestError(
@@ -83,13 +87,16 @@ def check_tensor(request: service_pb2.ModelInferRequest, tensor: Any, spec: Inpu
     """Data type and shape against the model's input (`-1` is any size)."""
     if tensor.datatype != spec.datatype:
         raise InvalidRequestError(
-            f"{request_label(request)}inference input '{spec.name}' data-type is '{tensor.datatype}', "
+            f"{request_label(request)}inference input '{spec.name}' "
+            f"data-type is '{tensor.datatype}', "
             f"but model '{request.model_name}' expects '{spec.datatype}'"
         )
     shape = tuple(tensor.shape)
-    if len(shape) != len(spec.shape) or any(d != e and e != -1 for d, e in zip(shape, spec.shape)) or min(
-        shape, default=0
-    ) < 0:
+    if (
+        len(shape) != len(spec.shape)
+        or any(d != e and e != -1 for d, e in zip(shape, spec.shape, strict=True))
+        or min(shape, default=0) < 0
+    ):
         raise InvalidRequestError(
             f"{request_label(request)}unexpected shape for input '{spec.name}' for model "
             f"'{request.model_name}'. Expected {list(spec.shape)}, got {list(shape)}. "
@@ -101,8 +108,10 @@ def check_required(request: service_pb2.ModelInferRequest, values: dict[str, lis
     if missing:
         raise InvalidRequestError(
             f"{request_label(request)}expected number of inputs between {len(REQUIRED_INPUTS)} and "
-            f"{len(INPUTS)} but got {len(values)} inputs for model '{request.model_name}'. Got input(s) "
-            f"{list(values)}, but missing required input(s) {missing}. Please provide all required input(s)."
+            f"{len(INPUTS)} but got {len(values)} inputs for model '{request.model_name}'. "
+            f"Got input(s) "
+            f"{list(values)}, but missing required input(s) {missing}. "
+            f"Please provide all required input(s)."
         )
 
 

@@ -34,7 +34,9 @@ class Channel:
     """One end of a connection between the supervisor and a worker: `call` the other side,
     and answer its calls with `handler`."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler
+    ) -> None:
         self._reader = reader
         self._writer = writer
         self._handler = handler
@@ -90,10 +92,16 @@ class Channel:
 
     async def _answer(self, message: dict[str, Any]) -> None:
         try:
-            reply = {"id": message["id"], "result": await self._handler(message["op"], message["args"])}
+            reply = {
+                "id": message["id"],
+                "result": await self._handler(message["op"], message["args"]),
+            }
         except Exception as exc:
             logger.debug("call %s failed", message["op"], exc_info=True)
-            reply = {"id": message["id"], "error": {"kind": type(exc).__name__, "message": str(exc)}}
+            reply = {
+                "id": message["id"],
+                "error": {"kind": type(exc).__name__, "message": str(exc)},
+            }
         with contextlib.suppress(ConnectionError):
             await self._send(reply)
 

@@ -1,5 +1,5 @@
-"""The supervisor's engine cores: one per model version and load, each serving one client
-slot per worker. A core accepts each client once, so a worker asking again for a slot it
+"""The supervisor's engine cores: one per model version, load and instance, each serving one
+client slot per worker. A core accepts each client once, so a worker asking again for a slot it
 already used (its engine restarted) gets a fresh core; the others' clients are told the old
 core is gone (vLLM's own notice) and their engines restart onto the new one."""
 
@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
-CoreKey = tuple[str, str, str]
-"""(model, version, load): a load (or reload) of a model version gets its own cores."""
+CoreKey = tuple[str, str, str, str]
+"""(model, version, load, instance): a load (or reload) of a model version gets its own cores,
+one per instance."""
 
 
 class CoreHost(Protocol):
@@ -32,8 +33,9 @@ class CoreHost(Protocol):
     def stop(self) -> None: ...
 
 
-HostFactory = Callable[[str, str, dict[str, Any], int, Path], CoreHost]
-"""(model, version, engine_args, clients, run_dir) -> a core host not yet launched."""
+HostFactory = Callable[[CoreKey, dict[str, Any], dict[str, Any], int, Path], CoreHost]
+"""(key, engine_args, instance, clients, run_dir) -> a core host not yet launched; `instance`:
+where its processes run (`ModelInstance.to_json`)."""
 
 
 @dataclass
@@ -58,15 +60,22 @@ class EngineCores:
         self._make_host = make_host
         self._entries: dict[CoreKey, CoreEntry] = {}
 
-    async def acquire(self, key: CoreKey, engine_args: dict[str, Any], worker: int) -> dict[str, Any]:
-        """Worker `worker`'s slot of the key's running core, launching a core first when there
-        is none, it died, or this worker already used its slot of it."""
+    async def acquire(
+        self,
+        key: CoreKey,
+        engine_args: dict[str, Any],
+        worker: int,
+        instance: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Worker `worker`'s slot of the key's running core, launching a core first (placed as
+        `instance` says) when there is none, it died, or this worker already used its slot."""
         entry = self._entries.setdefault(key, CoreEntry())
         async with entry.lock:
             if entry.host is None or not entry.alive or worker in entry.handed:
-                await self._replace(key, entry, engine_args)
+                await self._replace(key, entry, engine_args, instance or {})
             assert entry.host is not None
             entry.handed.add(worker)
+            entry.released.discard(worker)
             slot = entry.host.slots[worker]
             return {"epoch": entry.epoch, **vars(slot)}
 
@@ -77,8 +86,10 @@ class EngineCores:
         if entry is None or entry.epoch != epoch:
             return
         async with entry.lock:
+            if entry.epoch != epoch:  # a fresh core launched while this waited for the lock
+                return
             entry.released.add(worker)
-            if entry.handed <= entry.released and entry.epoch == epoch:
+            if entry.handed <= entry.released:
                 await self._stop(entry)
                 self._entries.pop(key, None)
 
@@ -87,11 +98,21 @@ class EngineCores:
             await self._stop(entry)
         self._entries.clear()
 
-    async def _replace(self, key: CoreKey, entry: CoreEntry, engine_args: dict[str, Any]) -> None:
+    async def _replace(
+        self,
+        key: CoreKey,
+        entry: CoreEntry,
+        engine_args: dict[str, Any],
+        instance: dict[str, Any],
+    ) -> None:
         if entry.host is not None:
-            logger.info("model '%s' version %s: starting a fresh engine core for the frontends", key[0], key[1])
+            logger.info(
+                "model '%s' version %s: starting a fresh engine core for the frontends",
+                key[0],
+                key[1],
+            )
             await self._stop(entry)
-        host = self._make_host(key[0], key[1], engine_args, self._workers, self._run_dir)
+        host = self._make_host(key, engine_args, instance, self._workers, self._run_dir)
         await asyncio.to_thread(host.launch)
         entry.host, entry.alive = host, True
         entry.epoch += 1
@@ -101,7 +122,9 @@ class EngineCores:
     async def _watch(self, key: CoreKey, entry: CoreEntry, host: CoreHost) -> None:
         await asyncio.to_thread(host.wait_until_dead)
         if entry.host is host and entry.alive:
-            logger.error("model '%s' version %s: the engine core died; telling its frontends", key[0], key[1])
+            logger.error(
+                "model '%s' version %s: the engine core died; telling its frontends", key[0], key[1]
+            )
             entry.alive = False
             await asyncio.to_thread(host.notify_dead)
 

@@ -11,6 +11,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -21,6 +22,14 @@ from app.engine.client_slot import ClientSlot
 from app.errors import ServerError
 from app.multiprocess.channel import STREAM_LIMIT, Channel, RemoteError
 from app.multiprocess.metrics import merge_expositions
+from app.multiprocess.ops import Op
+from app.observability.log_control import LOG_CONTROL, LogSettings
+from app.observability.trace_settings import (
+    SettingsChange,
+    TraceSettings,
+    change_from_json,
+    change_to_json,
+)
 from app.repository.layout import ModelSpec
 from app.repository.overrides import ModelOverride
 from app.repository.registry import ModelRegistry
@@ -45,16 +54,17 @@ class WorkerLink:
         self._held: dict[ClientSlot, tuple[dict[str, str], int]] = {}
         self.registry: SharedModelRegistry | None = None
         self.local_metrics: Callable[[], bytes] = lambda: b""
+        self.trace_settings: TraceSettings | None = None
 
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self._path, limit=STREAM_LIMIT)
         self._channel = Channel(reader, writer, self._answer)
         self._serving = asyncio.create_task(self._serve())
-        self._loads.update(await self._call("hello"))
+        self._loads.update(await self._call(Op.HELLO))
 
     async def ready(self) -> None:
         """Tell the supervisor this process serves (a later exit is restarted, not fatal)."""
-        await self._call("ready")
+        await self._call(Op.READY)
 
     async def _serve(self) -> None:
         assert self._channel is not None
@@ -71,9 +81,15 @@ class WorkerLink:
             await asyncio.gather(self._serving, return_exceptions=True)
 
     async def acquire(self, spec: ModelSpec) -> ClientSlot:
-        key = {"model": spec.name, "version": spec.version, "load": self._loads.get(spec.name, FIRST_LOAD)}
+        key = {
+            "model": spec.name,
+            "version": spec.version,
+            "load": self._loads.get(spec.name, FIRST_LOAD),
+            "instance": str(spec.instance.index),
+        }
         engine_args = json.loads(json.dumps(spec.engine_args, default=str))
-        reply = await self._call("acquire", key=key, engine_args=engine_args)
+        instance = spec.instance.to_json()
+        reply = await self._call(Op.ACQUIRE, key=key, engine_args=engine_args, instance=instance)
         epoch = reply.pop("epoch")
         slot = ClientSlot(**reply)
         self._held[slot] = (key, epoch)
@@ -82,40 +98,69 @@ class WorkerLink:
     async def release(self, slot: ClientSlot) -> None:
         key, epoch = self._held.pop(slot, (None, 0))
         if key is not None:
-            await self._call("release", key=key, epoch=epoch)
+            await self._call(Op.RELEASE, key=key, epoch=epoch)
 
     async def metrics(self) -> bytes:
         """Every worker's metrics, merged; a `ServerError` when one could not give its own."""
         try:
-            texts = await self._call("gather", what="metrics")
+            texts = await self._call(Op.GATHER, what=Op.METRICS)
         except RemoteError as exc:
-            raise ServerError(f"a frontend process failed to report its metrics: {exc.message}") from exc
+            raise ServerError(
+                f"a frontend process failed to report its metrics: {exc.message}"
+            ) from exc
         return merge_expositions(texts)
 
-    async def share(self, op: str, name: str, **args: Any) -> None:
+    async def share(self, op: Op, name: str, **args: Any) -> None:
         """Have every other worker apply a repository change this one made."""
         try:
-            await self._call("share", what=op, args={"name": name, **args})
+            await self._call(Op.SHARE, what=op, args={"name": name, **args})
         except RemoteError as exc:
-            raise ServerError(f"another frontend process failed to {op} model '{name}': {exc.message}") from exc
+            raise ServerError(
+                f"another frontend process failed to {op} model '{name}': {exc.message}"
+            ) from exc
+
+    async def share_log_settings(self) -> None:
+        """Have every other worker take this one's log settings."""
+        settings = asdict(LOG_CONTROL.settings)
+        try:
+            await self._call(Op.SHARE, what=Op.LOG_SETTINGS, args=settings)
+        except RemoteError as exc:
+            message = f"another frontend process failed to change its log settings: {exc.message}"
+            raise ServerError(message) from exc
+
+    async def share_trace_setting(self, model: str, change: SettingsChange) -> None:
+        """Have every other worker make the same change of a trace setting."""
+        try:
+            args = {"model": model, "change": change_to_json(change)}
+            await self._call(Op.SHARE, what=Op.TRACE_SETTING, args=args)
+        except RemoteError as exc:
+            message = f"another frontend process failed to change its trace setting: {exc.message}"
+            raise ServerError(message) from exc
 
     def set_load(self, name: str, load: str) -> str:
         previous, self._loads[name] = self._loads.get(name, FIRST_LOAD), load
         return previous
 
-    async def _call(self, op: str, **args: Any) -> Any:
+    async def _call(self, op: Op, **args: Any) -> Any:
         assert self._channel is not None, "connect first"
         return await self._channel.call(op, worker=self.index, **args)
 
-    async def _answer(self, op: str, args: dict[str, Any]) -> Any:
-        if op == "metrics":
+    async def _answer(self, name: str, args: dict[str, Any]) -> Any:
+        op = Op(name)
+        if op is Op.METRICS:
             return self.local_metrics().decode()
+        if op is Op.TRACE_SETTING and self.trace_settings is not None:
+            self.trace_settings.update(args["model"], change_from_json(args["change"]))
+            return None
+        if op is Op.LOG_SETTINGS:
+            LOG_CONTROL.apply(LogSettings(**args))
+            return None
         assert self.registry is not None
-        if op == "load":
+        if op is Op.LOAD:
             self.set_load(args["name"], args["load"])
             await self.registry.load_here(args["name"], decode_override(args.get("override")))
             return None
-        if op == "unload":
+        if op is Op.UNLOAD:
             await self.registry.unload_here(args["name"])
             return None
         raise ValueError(f"unknown call {op!r}")
@@ -138,11 +183,11 @@ class SharedModelRegistry(ModelRegistry):
         except BaseException:
             self._link.set_load(name, previous)
             raise
-        await self._link.share("load", name, load=load, override=encode_override(override))
+        await self._link.share(Op.LOAD, name, load=load, override=encode_override(override))
 
     async def unload(self, name: str) -> None:
         await super().unload(name)
-        await self._link.share("unload", name)
+        await self._link.share(Op.UNLOAD, name)
 
     async def load_here(self, name: str, override: ModelOverride | None) -> None:
         await super().load(name, override)
@@ -154,7 +199,9 @@ class SharedModelRegistry(ModelRegistry):
 def encode_override(override: ModelOverride | None) -> dict[str, Any] | None:
     if override is None:
         return None
-    files = {str(path): base64.b64encode(content).decode() for path, content in override.files.items()}
+    files = {
+        str(path): base64.b64encode(content).decode() for path, content in override.files.items()
+    }
     return {"config": text_format.MessageToString(override.config), "files": files}
 
 
@@ -162,5 +209,7 @@ def decode_override(encoded: dict[str, Any] | None) -> ModelOverride | None:
     if encoded is None:
         return None
     config = text_format.Parse(encoded["config"], model_config_pb2.ModelConfig())
-    files = {PurePosixPath(path): base64.b64decode(content) for path, content in encoded["files"].items()}
+    files = {
+        PurePosixPath(path): base64.b64decode(content) for path, content in encoded["files"].items()
+    }
     return ModelOverride(config, files)

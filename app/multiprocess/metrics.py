@@ -1,19 +1,25 @@
 """One Prometheus exposition from every frontend process's own: samples with the same name
 and labels are added up (requests, tokens, histograms, in-flight gauges), except those that
-describe something all processes share, which take the largest value."""
+describe something all processes share (the host's CPU and GPUs, an engine core), and the
+quantiles of summaries (which cannot be added), which take the largest value."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-SHARED_FAMILIES = frozenset({"server_engine_restarts", "vllm:gpu_cache_usage_perc"})
+from app.observability.exposition import exposition
+from app.observability.system_metrics import SYSTEM_FAMILIES
+
+SHARED_FAMILIES = frozenset(
+    {"server_engine_restarts", "vllm:gpu_cache_usage_perc", *SYSTEM_FAMILIES}
+)
 """Families every process reports for the same shared thing: an engine core's restart (each
-process's client restarts with it) and the core's cache usage."""
+process's client restarts with it), the core's cache usage, the host's CPU and GPUs."""
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -32,24 +38,25 @@ def merge_expositions(texts: Iterable[str]) -> bytes:
     values: dict[str, dict[SampleKey, float]] = {}
     for text in texts:
         for family in text_string_to_metric_families(text):
-            merged = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            merged = families.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type)
+            )
             samples = values.setdefault(merged.name, {})
             for sample in family.samples:
                 key = (sample.name, tuple(sorted(sample.labels.items())))
-                samples[key] = combine(family.name, sample.name, samples.get(key), sample.value)
+                shared = family.name in SHARED_FAMILIES or "quantile" in sample.labels
+                samples[key] = combine(sample.name, samples.get(key), sample.value, shared)
     for name, merged in families.items():
         for (sample_name, labels), value in values[name].items():
             merged.add_sample(sample_name, dict(labels), value)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MergedFamilies(list(families.values())))
-    return generate_latest(registry)
+    return exposition(MergedFamilies(list(families.values())))
 
 
-def combine(family: str, sample: str, seen: float | None, value: float) -> float:
+def combine(sample: str, seen: float | None, value: float, shared: bool) -> float:
     if seen is None:
         return value
     if sample.endswith("_created"):
         return min(seen, value)
-    if family in SHARED_FAMILIES:
-        return max(seen, value)
+    if shared:
+        return max(seen, value) if not math.isnan(seen) else value  # NaN: a summary without samples
     return seen + value

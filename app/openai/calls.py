@@ -5,17 +5,21 @@ request and returned it, as `vllm serve` does (not after the first token)."""
 
 from __future__ import annotations
 
+import enum
 import json
+import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
+from app.core.guard import RequestGuard
+from app.core.limits import check_name
 from app.core.service import GenerationService
 from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
 from app.http.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, until_disconnect
@@ -23,17 +27,31 @@ from app.http.errors import http_status
 from app.observability.access_log import RequestLog
 from app.openai.errors import error_frame
 from app.openai.models import Target, resolve
-from app.openai.serving import openai_serving
+from app.openai.routing import route_hint
+from app.openai.serving import OpenAIServing, engine_openai_serving
 from app.repository.registry import ModelRegistry
 
-DONE = "data: [DONE]\n\n"
-COMPLETIONS = "create_completion"
-CHAT_COMPLETIONS = "create_chat_completion"
-PROMPT_FIELDS = {COMPLETIONS: "prompt", CHAT_COMPLETIONS: "messages"}
-STREAM_STARTS = ""
-"""What `run` yields first for a stream: the response can start."""
+logger = logging.getLogger(__name__)
 
-Results = AsyncIterator[dict[str, Any] | str]
+DONE = "data: [DONE]\n\n"
+
+
+class Endpoint(enum.Enum):
+    """The generating routes, each valued by the body field that holds its prompt."""
+
+    COMPLETIONS = "prompt"
+    CHAT_COMPLETIONS = "messages"
+
+
+class StreamStarts(enum.Enum):
+    """What `run` yields first for a stream: the response can start."""
+
+    MARKER = enum.auto()
+
+
+STREAM_STARTS: Final = StreamStarts.MARKER
+
+Results = AsyncGenerator[dict[str, Any] | Literal[StreamStarts.MARKER] | str, None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +64,14 @@ class OpenAIContext:
     log: RequestLog | None
 
 
-async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: str) -> Response:
+async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: Endpoint) -> Response:
     """The JSON response, or the SSE stream once vLLM has checked the request; errors before
     that are answered with their status."""
     body = await read_body(context.request)
     target = target_of(registry, body)
     if context.log is not None:
         context.log.model, context.log.version = target.model.name, target.model.version
-        context.log.prompt = prompt_text(body.get(PROMPT_FIELDS[endpoint]))
+        context.log.prompt = prompt_text(body.get(endpoint.value))
     results = run(context, target, body, endpoint)
     try:
         first = await until_disconnect(context.request, anext(results))
@@ -62,26 +80,32 @@ async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: str
     if isinstance(first, dict):
         await results.aclose()
         return JSONResponse(first)
-    return EventStreamResponse(results)
+    return EventStreamResponse(frames_of(results))
 
 
-async def run(context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: str) -> Results:
+async def run(
+    context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: Endpoint
+) -> Results:
     """The response's JSON (one item), or `STREAM_STARTS` and the frames, under the request's
     admission. Errors once a stream has started are a frame of their own before `data: [DONE]`."""
     streaming, response = False, None
     try:
-        async with context.generation.admission(target.model, uuid.uuid4().hex, context.log) as guard:
-            serving = openai_serving(target.model)
+        route = route_hint(body.get(endpoint.value), target.adapter, context.request.headers)
+        async with context.generation.admission(
+            target.model, uuid.uuid4().hex, context.log, route
+        ) as guard:
+            serving = engine_openai_serving(guard.engine)
             if serving is None:
                 raise ModelUnavailableError(f"Model '{target.model.name}' is not started")
-            create = getattr(serving, endpoint)
-            result = await create(body, guard=guard, adapter=target.adapter, headers=context.request.headers)
+            result = await create(
+                serving, endpoint, body, guard, target.adapter, context.request.headers
+            )
             if isinstance(result, dict):
                 response = result
             else:
                 streaming = True
                 yield STREAM_STARTS
-                async with aclosing(result) as frames:  # type: ignore[type-var]
+                async with aclosing(result) as frames:
                     async for frame in frames:
                         if frame != DONE:
                             yield frame
@@ -91,7 +115,37 @@ async def run(context: OpenAIContext, target: Target, body: dict[str, Any], endp
         if not streaming:
             raise
         yield error_frame(exc, http_status(exc))
-    yield DONE if streaming else response  # type: ignore[misc]
+    except Exception as exc:
+        if not streaming:
+            raise
+        logger.exception("stream failed after it started")
+        yield error_frame(ServerError(f"Error generating stream: {exc}"), 500)
+    if streaming:
+        yield DONE
+    elif response is not None:
+        yield response
+
+
+def create(
+    serving: OpenAIServing,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    guard: RequestGuard,
+    adapter: str | None,
+    headers: Mapping[str, str],
+) -> Awaitable[dict[str, Any] | AsyncGenerator[str, None]]:
+    """The serving call of `endpoint`."""
+    if endpoint is Endpoint.COMPLETIONS:
+        return serving.create_completion(body, guard=guard, adapter=adapter, headers=headers)
+    return serving.create_chat_completion(body, guard=guard, adapter=adapter, headers=headers)
+
+
+async def frames_of(results: Results) -> AsyncGenerator[str, None]:
+    """The SSE frames of a started stream."""
+    async with aclosing(results):
+        async for item in results:
+            if isinstance(item, str):
+                yield item
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -115,6 +169,7 @@ def target_of(registry: ModelRegistry, body: dict[str, Any]) -> Target:
     model_id = body.get("model")
     if model_id is not None and not isinstance(model_id, str):
         raise InvalidRequestError("model: must be a string", param="model")
+    check_name("model", model_id)
     return resolve(registry, model_id)
 
 
@@ -129,14 +184,23 @@ class EventStreamResponse(StreamingResponse):
     """The frames as they come; their iterator is closed however the response ends (a client
     gone mid-stream aborts the engine requests at once)."""
 
-    def __init__(self, frames: Results) -> None:
+    def __init__(self, frames: AsyncGenerator[str, None]) -> None:
         super().__init__(frames, media_type="text/event-stream")
+        self.frames = frames
 
     async def stream_response(self, send: Send) -> None:
         try:
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            async for frame in self.body_iterator:
-                await send({"type": "http.response.body", "body": frame.encode(), "more_body": True})  # type: ignore[union-attr]
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            async for frame in self.frames:
+                await send(
+                    {"type": "http.response.body", "body": frame.encode(), "more_body": True}
+                )
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await self.body_iterator.aclose()  # type: ignore[union-attr]
+            await self.frames.aclose()

@@ -22,7 +22,14 @@ def error_type(status: int) -> str:
 
 
 def openai_error_body(exc: ServerError, status: int) -> dict[str, Any]:
-    return {"error": {"message": exc.message, "type": error_type(status), "param": exc.param, "code": status}}
+    return {
+        "error": {
+            "message": exc.message,
+            "type": error_type(status),
+            "param": exc.param,
+            "code": status,
+        }
+    }
 
 
 def error_frame(exc: ServerError, status: int) -> str:

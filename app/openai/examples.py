@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.openai.schemas import ChatCompletionResponse, CompletionResponse, OpenAIErrorResponse
+from app.openai.schemas import CHAT_EXAMPLE, COMPLETION_EXAMPLE, OpenAIErrorResponse
 
 
-def error_example(description: str, status: int, kind: str, message: str, param: str | None = None) -> dict[str, Any]:
+def error_example(
+    description: str, status: int, kind: str, message: str, param: str | None = None
+) -> dict[str, Any]:
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return {"model": OpenAIErrorResponse, "description": description, "content": {"application/json": {"example": body}}}
+    return {
+        "model": OpenAIErrorResponse,
+        "description": description,
+        "content": {"application/json": {"example": body}},
+    }
 
 
-NOT_FOUND = {404: error_example("Unknown model", 404, "NotFoundError", "The model `other` does not exist.", "model")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: error_example(
+        "Unknown model", 404, "NotFoundError", "The model `other` does not exist.", "model"
+    )
+}
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: error_example(
@@ -22,7 +32,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "max_tokens: Input should be a valid integer",
         "max_tokens",
     ),
-    401: error_example("Missing or wrong API key", 401, "UnauthorizedError", "missing or invalid API key"),
+    401: error_example(
+        "Missing or wrong API key", 401, "UnauthorizedError", "missing or invalid API key"
+    ),
     **NOT_FOUND,
     503: error_example(
         "Model not ready, overloaded (with Retry-After) or shutting down",
@@ -45,14 +57,36 @@ def example(summary: str, value: dict[str, Any]) -> dict[str, Any]:
 COMPLETION_BODY = request_body(
     "CompletionRequest",
     {
-        "greedy": example("Greedy, 32 new tokens", {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 32, "temperature": 0}),
+        "greedy": example(
+            "Greedy, 32 new tokens",
+            {
+                "model": "smollm2",
+                "prompt": "The capital of France is",
+                "max_tokens": 32,
+                "temperature": 0,
+            },
+        ),
         "stream": example(
             "Stream, with the usage at the end",
-            {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 32, "stream": True, "stream_options": {"include_usage": True}},
+            {
+                "model": "smollm2",
+                "prompt": "Once upon a time",
+                "max_tokens": 32,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
         ),
         "n_logprobs": example(
             "Two completions with the top-2 log probabilities",
-            {"model": "smollm2", "prompt": "1, 2, 3,", "max_tokens": 8, "n": 2, "temperature": 0.8, "seed": 1, "logprobs": 2},
+            {
+                "model": "smollm2",
+                "prompt": "1, 2, 3,",
+                "max_tokens": 8,
+                "n": 2,
+                "temperature": 0.8,
+                "seed": 1,
+                "logprobs": 2,
+            },
         ),
     },
 )
@@ -62,7 +96,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
 }
 
@@ -71,23 +109,41 @@ CHAT_BODY = request_body(
     {
         "chat": example(
             "A conversation",
-            {"model": "smollm2", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32},
+            {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 32,
+            },
         ),
         "stream": example(
             "Stream the answer",
-            {"model": "smollm2", "messages": [{"role": "user", "content": "Tell me a joke"}], "max_tokens": 48, "stream": True},
+            {
+                "model": "smollm2",
+                "messages": [{"role": "user", "content": "Tell me a joke"}],
+                "max_tokens": 48,
+                "stream": True,
+            },
         ),
         "json_schema": example(
             "Structured output: JSON that matches a schema",
             {
                 "model": "smollm2",
-                "messages": [{"role": "user", "content": "Give the largest city of Japan as JSON."}],
+                "messages": [
+                    {"role": "user", "content": "Give the largest city of Japan as JSON."}
+                ],
                 "max_tokens": 48,
                 "response_format": {
                     "type": "json_schema",
                     "json_schema": {
                         "name": "city",
-                        "schema": {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}}, "required": ["city", "population"]},
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "city": {"type": "string"},
+                                "population": {"type": "integer"},
+                            },
+                            "required": ["city", "population"],
+                        },
                     },
                 },
             },
@@ -107,23 +163,41 @@ CHAT_BODY = request_body(
 
 SSE_EVENT = {
     "type": "object",
-    "description": "One event: `data` is a chunk's JSON, an error's JSON, or `[DONE]` (the last one).",
+    "description": "One event: `data` is a chunk's JSON, "
+    "an error's JSON, or `[DONE]` (the last one).",
     "properties": {"data": {"type": "string"}},
     "required": ["data"],
 }
 STREAM_CONTENT = {
     "text/event-stream": {
         "schema": SSE_EVENT,
-        "example": 'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" Paris"}]}\n\n'
+        "example": 'data: {"id":"cmpl-1","object":"text_completion",'
+        '"choices":[{"index":0,"text":" Paris"}]}\n\n'
         "data: [DONE]\n\n",
     }
 }
 
+
+def answer(schema: str, description: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A 200 answered as JSON (vLLM's response model `schema`) or as SSE with `stream: true`."""
+    json_content = {"schema": {"$ref": f"#/components/schemas/{schema}"}, "example": value}
+    return {
+        "description": description,
+        "content": {"application/json": json_content, **STREAM_CONTENT},
+    }
+
+
 COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"model": CompletionResponse, "description": "The completion, or its SSE chunks with `stream: true`", "content": STREAM_CONTENT},
+    200: answer(
+        "CompletionResponse",
+        "The completion, or its SSE chunks with `stream: true`",
+        COMPLETION_EXAMPLE,
+    ),
     **ERRORS,
 }
 CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"model": ChatCompletionResponse, "description": "The answer, or its SSE chunks with `stream: true`", "content": STREAM_CONTENT},
+    200: answer(
+        "ChatCompletionResponse", "The answer, or its SSE chunks with `stream: true`", CHAT_EXAMPLE
+    ),
     **ERRORS,
 }

@@ -1,9 +1,9 @@
 """OpenAI model ids for the repository's models, versions and LoRA adapters.
 
-    <model>                    its highest ready version (the highest version if none is ready)
-    <model>/<version>          that version
-    <adapter>                  a LoRA adapter of multi_lora.json, when one model has it
-    <model>[/<version>]/<adapter>   an adapter of that model (or version)
+<model>                    its highest ready version (the highest version if none is ready)
+<model>/<version>          that version
+<adapter>                  a LoRA adapter of multi_lora.json, when one model has it
+<model>[/<version>]/<adapter>   an adapter of that model (or version)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRequestError, ModelNotFoundError
-from app.openai.serving import serves_openai
+from app.openai.serving import openai_serving, serves_openai
 from app.repository.registry import ModelRegistry
 from app.repository.served_model import ServedModel
 
@@ -38,6 +38,13 @@ def by_name(registry: ModelRegistry) -> dict[str, list[ServedModel]]:
     return {name: sorted(found, key=lambda s: int(s.version)) for name, found in versions.items()}
 
 
+def adapters_of(served: ServedModel) -> set[str]:
+    """The version's LoRA adapters: multi_lora.json's and those loaded at run time."""
+    serving = openai_serving(served)
+    loaded = serving.utility.runtime_adapters if serving is not None else []
+    return set(served.spec.loras or {}) | set(loaded)
+
+
 def preferred(versions: list[ServedModel]) -> ServedModel:
     """The highest ready version, else the highest (whose admission then says why not)."""
     ready = [served for served in versions if served.is_ready]
@@ -55,7 +62,9 @@ def resolve(registry: ModelRegistry, model_id: str | None) -> Target:
         if not models:
             raise ModelNotFoundError("No model is served on the OpenAI API", param="model")
         if len(models) > 1:
-            raise InvalidRequestError("model: required when the server serves several models", param="model")
+            raise InvalidRequestError(
+                "model: required when the server serves several models", param="model"
+            )
         return Target(preferred(next(iter(models.values()))))
     name, *rest = model_id.split("/")
     if name in models:
@@ -73,7 +82,7 @@ def resolve_in_model(versions: list[ServedModel], rest: list[str], model_id: str
     if not rest:
         return Target(preferred(versions))
     if len(rest) == 1:
-        with_adapter = [served for served in versions if rest[0] in (served.spec.loras or {})]
+        with_adapter = [served for served in versions if rest[0] in adapters_of(served)]
         if with_adapter:
             return Target(preferred(with_adapter), rest[0])
     raise not_found(model_id)
@@ -82,7 +91,7 @@ def resolve_in_model(versions: list[ServedModel], rest: list[str], model_id: str
 def resolve_adapter(models: dict[str, list[ServedModel]], adapter: str) -> Target:
     """A bare adapter name: the model that has it; a 400 when several models do."""
     owners = {
-        name: [served for served in versions if adapter in (served.spec.loras or {})]
+        name: [served for served in versions if adapter in adapters_of(served)]
         for name, versions in models.items()
     }
     owners = {name: found for name, found in owners.items() if found}
@@ -91,7 +100,8 @@ def resolve_adapter(models: dict[str, list[ServedModel]], adapter: str) -> Targe
     if len(owners) > 1:
         choices = ", ".join(f"'{name}/{adapter}'" for name in sorted(owners))
         raise InvalidRequestError(
-            f"model: several models have the adapter `{adapter}`: name one of {choices}", param="model"
+            f"model: several models have the adapter `{adapter}`: name one of {choices}",
+            param="model",
         )
     return Target(preferred(next(iter(owners.values()))), adapter)
 
@@ -111,10 +121,12 @@ def model_cards(registry: ModelRegistry) -> list[dict[str, Any]]:
     return cards
 
 
-def adapter_cards(registry: ModelRegistry, name: str, ready: list[ServedModel]) -> list[dict[str, Any]]:
+def adapter_cards(
+    registry: ModelRegistry, name: str, ready: list[ServedModel]
+) -> list[dict[str, Any]]:
     """One card per adapter of the model, under the id that reaches it (bare when unique)."""
     cards = []
-    adapters = sorted({adapter for served in ready for adapter in served.spec.loras or {}})
+    adapters = sorted({adapter for served in ready for adapter in adapters_of(served)})
     for adapter in adapters:
         target = resolve(registry, f"{name}/{adapter}")
         card_id = adapter if is_unique(registry, adapter) else f"{name}/{adapter}"
@@ -134,7 +146,9 @@ def is_unique(registry: ModelRegistry, adapter: str) -> bool:
 def model_card(model_id: str, target: Target, parent: str | None = None) -> dict[str, Any]:
     """An OpenAI model object, with vLLM's extra fields (root, parent, max_model_len)."""
     spec = target.model.spec
-    root = spec.loras[target.adapter] if target.adapter and spec.loras else spec.engine_args.get("model")
+    root = spec.engine_args.get("model")
+    if target.adapter:
+        root = (spec.loras or {}).get(target.adapter, target.adapter)
     return {
         "id": model_id,
         "object": "model",

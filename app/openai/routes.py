@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep
-from app.openai.calls import CHAT_COMPLETIONS, COMPLETIONS, OpenAIContext, respond
+from app.openai.calls import Endpoint, OpenAIContext, respond
 from app.openai.examples import (
     CHAT_BODY,
     CHAT_RESPONSES,
@@ -23,7 +23,9 @@ PREFIX = "/v1"
 router = APIRouter(prefix=PREFIX, tags=["openai"])
 
 
-@router.get("/models", summary="The models, versions and LoRA adapters served", response_model=ModelList)
+@router.get(
+    "/models", summary="The models, versions and LoRA adapters served", response_model=ModelList
+)
 async def list_models(registry: RegistryDep) -> dict[str, Any]:
     return {"object": "list", "data": model_cards(registry)}
 
@@ -48,7 +50,7 @@ async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]
 async def completions(
     request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
 ) -> Response:
-    return await respond(OpenAIContext(request, generation, log), registry, COMPLETIONS)
+    return await respond(OpenAIContext(request, generation, log), registry, Endpoint.COMPLETIONS)
 
 
 @router.post(
@@ -61,4 +63,6 @@ async def completions(
 async def chat_completions(
     request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
 ) -> Response:
-    return await respond(OpenAIContext(request, generation, log), registry, CHAT_COMPLETIONS)
+    return await respond(
+        OpenAIContext(request, generation, log), registry, Endpoint.CHAT_COMPLETIONS
+    )

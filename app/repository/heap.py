@@ -40,7 +40,8 @@ class HeapFreezer:
         if self.frozen:
             logger.info(
                 "heap frozen: %d objects that full collections skip (%.2f s)",
-                gc.get_freeze_count(), time.perf_counter() - started,
+                gc.get_freeze_count(),
+                time.perf_counter() - started,
             )
 
     def release(self) -> None:

@@ -1,14 +1,15 @@
 """Reads a Triton model repository laid out for the vLLM backend.
 
-    <repository>/<model>/config.pbtxt            optional, Triton's model configuration
-    <repository>/<model>/<version>/model.json    vLLM engine arguments
-    <repository>/<model>/<version>/multi_lora.json   adapters, when `enable_lora` is true
+<repository>/<model>/config.pbtxt            optional, Triton's model configuration
+<repository>/<model>/<version>/model.json    vLLM engine arguments
+<repository>/<model>/<version>/multi_lora.json   adapters, when `enable_lora` is true
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,15 @@ from google.protobuf import text_format
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
+from app.core.routing import RoutingPolicy
 from app.errors import ModelConfigError
 from app.paths import PROJECT_ROOT
+from app.repository.instances import HostDevices, ModelInstance, plan_instances, routing_policy
+from app.security.load_overrides import (
+    check_client_adapter,
+    check_client_engine_args,
+    check_client_parameters,
+)
 
 ENGINE_ARGS_FILE = "model.json"
 LORA_FILE = "multi_lora.json"
@@ -28,11 +36,26 @@ PATH_ENGINE_ARGS = ("model", "tokenizer")
 EngineArgsCheck = Callable[[dict[str, Any], Path], dict[str, Any]]
 """Checks a model.json's engine arguments for the engine that will run them (raising
 `ModelConfigError` naming the file) and returns them as that engine takes them."""
+ENGINE_NOTES = "__engine_notes__"
+"""Where an `EngineArgsCheck` returns the arguments it chose for this host where model.json
+leaves them unset (name -> value and why): taken out into `ModelSpec.engine_notes`."""
 
 
 def accept_engine_args(engine_args: dict[str, Any], path: Path) -> dict[str, Any]:
     """No engine-specific check (the engine doubles of the tests)."""
     return engine_args
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Which of a model's files a client's load request gave instead of the repository:
+    those are held to app/security/load_overrides.py's rules."""
+
+    config: bool = False
+    files: bool = False
+
+
+REPOSITORY_FILES = Provenance()
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,26 @@ class ModelSpec:
     loras: dict[str, Path] | None = None
     parameters: dict[str, str] = field(default_factory=dict)
     config: Message = field(default_factory=model_config_pb2.ModelConfig)
+    engine_notes: dict[str, str] = field(default_factory=dict)
+    """Engine arguments chosen for this host (name -> value and why), shown in the config."""
+    instances: tuple[ModelInstance, ...] = ()
+    """Its instances (config.pbtxt's `instance_group`), each an engine; none given: one."""
+    routing: RoutingPolicy = field(default_factory=RoutingPolicy)
+
+    @property
+    def instance_plan(self) -> tuple[ModelInstance, ...]:
+        return self.instances or (ModelInstance(0, f"{self.name}_0"),)
+
+    @property
+    def instance(self) -> ModelInstance:
+        """The instance an engine made from this spec serves (`for_instance`)."""
+        return self.instance_plan[0]
+
+    def for_instance(self, instance: ModelInstance) -> ModelSpec:
+        """This spec as the engine of one of its instances sees it."""
+        if self.instance_plan == (instance,):
+            return self
+        return dataclasses.replace(self, instances=(instance,))
 
     def flag(self, key: str) -> bool:
         """A boolean `parameters` entry of config.pbtxt ("true", any case)."""
@@ -53,9 +96,13 @@ class ModelSpec:
 
 
 def load_repository(
-    root: Path, only: list[str] | None = None, check_engine_args: EngineArgsCheck = accept_engine_args
+    root: Path,
+    only: Collection[str] | None = None,
+    check_engine_args: EngineArgsCheck = accept_engine_args,
+    devices: HostDevices | None = None,
 ) -> list[ModelSpec]:
-    """Every version to serve from `root`, restricted to the model names in `only`."""
+    """Every version to serve from `root`, restricted to the model names in `only` (None:
+    every model); instances are placed on `devices` (default: this host's)."""
     root = root.resolve()
     if not root.is_dir():
         raise ModelConfigError(f"model repository {root} is not a directory")
@@ -63,8 +110,8 @@ def load_repository(
     specs = [
         spec
         for name in model_names(root)
-        if not wanted or name in wanted
-        for spec in load_model(root / name, root, check_engine_args)
+        if only is None or name in wanted
+        for spec in load_model(root / name, root, check_engine_args, devices=devices)
     ]
     missing = wanted - {spec.name for spec in specs}
     if missing:
@@ -77,27 +124,63 @@ def model_names(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+DUPLICATE_REASON = "model appears in two or more repositories"
+"""Triton's reason for a model whose folder is in several repositories (it serves none)."""
+
+
+def model_folders(roots: Sequence[Path]) -> tuple[dict[str, Path], set[str]]:
+    """Each model's folder across the repositories, and the names found in more than one
+    (Triton serves neither copy of those)."""
+    folders: dict[str, Path] = {}
+    duplicates: set[str] = set()
+    for root in roots:
+        for name in model_names(root):
+            if name in folders:
+                duplicates.add(name)
+            folders.setdefault(name, root / name)
+    for name in duplicates:
+        del folders[name]
+    return folders, duplicates
+
+
 def load_model(
-    model_dir: Path, root: Path, check_engine_args: EngineArgsCheck = accept_engine_args
+    model_dir: Path,
+    root: Path,
+    check_engine_args: EngineArgsCheck = accept_engine_args,
+    provenance: Provenance = REPOSITORY_FILES,
+    devices: HostDevices | None = None,
 ) -> list[ModelSpec]:
-    """The versions of one model that its version policy selects."""
+    """The versions of one model that its version policy selects, with their instances placed
+    on `devices` (default: this host's)."""
     if not model_dir.is_dir():
-        raise ModelConfigError(f"failed to load '{model_dir.name}': no such model in the repository")
+        raise ModelConfigError(
+            f"failed to load '{model_dir.name}': no such model in the repository"
+        )
     config = read_config(model_dir)
     name = config.name or model_dir.name
     if name != model_dir.name:
         raise ModelConfigError(
             f"{model_dir / CONFIG_FILE}: name '{name}' differs from its folder '{model_dir.name}'"
         )
-    available = sorted(
-        int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
-    )
+    available = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     versions = select_versions(config, available)
     if not versions:
         raise ModelConfigError(f"model '{name}' in {model_dir} has no version to serve")
     parameters = {key: value.string_value for key, value in config.parameters.items()}
+    if provenance.config:
+        check_client_parameters(parameters, model_dir)
+    devices = devices or HostDevices()
     return [
-        read_version(name, model_dir / str(version), root, config, parameters, check_engine_args)
+        read_version(
+            name,
+            model_dir / str(version),
+            root,
+            config,
+            parameters,
+            check_engine_args,
+            provenance,
+            devices,
+        )
         for version in versions
     ]
 
@@ -133,18 +216,25 @@ def read_version(
     config: Message,
     parameters: dict[str, str],
     check_engine_args: EngineArgsCheck,
+    provenance: Provenance = REPOSITORY_FILES,
+    devices: HostDevices | None = None,
 ) -> ModelSpec:
-    """Read model.json (and multi_lora.json) of one version folder."""
+    """Read model.json (and multi_lora.json) of one version folder; place its instances."""
     path = version_path / ENGINE_ARGS_FILE
-    engine_args = check_engine_args(read_json_object(path), path)
-    check_instance_kind(config, engine_args, version_path.parent / CONFIG_FILE)
+    engine_args = read_json_object(path)
+    if provenance.files:
+        engine_args = check_client_engine_args(engine_args, version_path)
+    engine_args = check_engine_args(engine_args, path)
+    engine_notes = engine_args.pop(ENGINE_NOTES, {})
+    config_path = version_path.parent / CONFIG_FILE
+    instances = plan_instances(name, config, engine_args, config_path, devices or HostDevices())
     for key in PATH_ENGINE_ARGS:
-        if isinstance(engine_args.get(key), str):
+        if isinstance(engine_args.get(key), str) and not provenance.files:
             engine_args[key] = resolve_model_path(engine_args[key], version_path)
     loras = None
     if str(engine_args.get("enable_lora", "")).lower() == "true":
         engine_args["enable_lora"] = True
-        loras = read_loras(version_path, root)
+        loras = read_loras(version_path, root, provenance)
     return ModelSpec(
         name=name,
         version=version_path.name,
@@ -153,6 +243,9 @@ def read_version(
         loras=loras,
         parameters=parameters,
         config=config,
+        engine_notes=engine_notes,
+        instances=instances,
+        routing=routing_policy(parameters, config_path),
     )
 
 
@@ -166,19 +259,6 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: expected a JSON object")
     return data
-
-
-def check_instance_kind(config: Message, engine_args: dict[str, Any], path: Path) -> None:
-    """The backend's rule: a model spread over several GPUs must be declared KIND_MODEL."""
-    devices = int(engine_args.get("tensor_parallel_size", 1)) * int(
-        engine_args.get("pipeline_parallel_size", 1)
-    )
-    kinds = {group.kind for group in config.instance_group}
-    if devices > 1 and kinds != {model_config_pb2.ModelInstanceGroup.KIND_MODEL}:
-        raise ModelConfigError(
-            f"{path}: KIND_GPU is for single-GPU models; a model with tensor/pipeline "
-            "parallel size > 1 needs `instance_group [{ kind: KIND_MODEL }]`"
-        )
 
 
 def resolve_model_path(value: str, version_path: Path) -> str:
@@ -195,8 +275,11 @@ def resolve_model_path(value: str, version_path: Path) -> str:
     return value
 
 
-def read_loras(version_path: Path, root: Path) -> dict[str, Path]:
-    """multi_lora.json: adapter name -> folder; relative folders may not leave the repository."""
+def read_loras(
+    version_path: Path, root: Path, provenance: Provenance = REPOSITORY_FILES
+) -> dict[str, Path]:
+    """multi_lora.json: adapter name -> folder; relative folders may not leave the repository
+    (nor the model's folder, for a client's file)."""
     path = version_path / LORA_FILE
     if not path.is_file():
         raise ModelConfigError(f"{path} is missing: `enable_lora` is true in {ENGINE_ARGS_FILE}")
@@ -205,6 +288,9 @@ def read_loras(version_path: Path, root: Path) -> dict[str, Path]:
     for name, folder in entries.items():
         if not isinstance(folder, str):
             raise ModelConfigError(f"{path}: adapter '{name}' must map to a folder path")
+        if provenance.files:
+            loras[name] = check_client_adapter(folder, version_path, name)
+            continue
         adapter = Path(folder)
         if not adapter.is_absolute():
             adapter = (version_path / adapter).resolve()

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -15,10 +16,11 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 from app.errors import InvalidRequestError
-from app.repository.layout import CONFIG_FILE
+from app.repository.layout import CONFIG_FILE, Provenance
 
 CONFIG_PARAMETER = "config"
 FILE_PREFIX = "file:"
+OVERRIDE_FOLDER_PREFIX = "model-override-"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,54 @@ class ModelOverride:
     """Relative path in the model folder -> content. When given, the model folder holds
     only these files (and the config), as in Triton."""
 
+    @property
+    def provenance(self) -> Provenance:
+        """The client gave the config, and the files too when it gave any."""
+        return Provenance(config=True, files=bool(self.files))
+
+
+@dataclass(frozen=True)
+class OverrideLimits:
+    """How much the `file:` overrides of one load request may carry."""
+
+    max_files: int = 64
+    max_bytes: int = 64 * 1024 * 1024
+    """Their contents' total size."""
+
+
+JSON_VALUE_ALLOWANCE = 1024
+"""JSON values a load body may hold besides its files: the config's own (it is JSON text)."""
+
+
+def check_load_body_size(body: bytes, max_files: int) -> None:
+    """Refuse a JSON load body with far more values than a load of `max_files` files has,
+    before parsing it: every value but the first follows a ',' and every container opens
+    with '[' or '{' (base64 file contents hold none of them), so counting those bytes
+    bounds the parser's work in one pass over the bytes."""
+    values = body.count(b",") + body.count(b"[") + body.count(b"{")
+    if values > max_files + JSON_VALUE_ALLOWANCE:
+        raise InvalidRequestError(
+            f"load request body: {values} JSON values, more than a load with at most {max_files} "
+            "'file:' overrides holds"
+        )
+
+
+def check_override_files(sizes: Mapping[str, int], limits: OverrideLimits) -> None:
+    """Refuse a load request with more `file:` parameters, or more bytes in them, than
+    `limits` allow (`sizes`: each parameter's content size), before any is decoded or written."""
+    files = [size for key, size in sizes.items() if key.startswith(FILE_PREFIX)]
+    if len(files) > limits.max_files:
+        raise InvalidRequestError(
+            f"load parameters: {len(files)} 'file:' overrides, above this server's limit of "
+            f"{limits.max_files}"
+        )
+    total = sum(files)
+    if total > limits.max_bytes:
+        raise InvalidRequestError(
+            f"load parameters: 'file:' overrides of {total} bytes in all, above this server's "
+            f"limit of {limits.max_bytes} bytes"
+        )
+
 
 def parse_override(parameters: Mapping[str, object]) -> ModelOverride | None:
     """The override of a load request's `parameters` (file contents already decoded to
@@ -39,16 +89,22 @@ def parse_override(parameters: Mapping[str, object]) -> ModelOverride | None:
     for key, value in parameters.items():
         if key == CONFIG_PARAMETER:
             if not isinstance(value, str):
-                raise InvalidRequestError("invalid value type for load parameter 'config', expected a string of JSON.")
+                raise InvalidRequestError(
+                    "invalid value type for load parameter 'config', expected a string of JSON."
+                )
         elif key.startswith(FILE_PREFIX):
             if not isinstance(value, bytes):
-                raise InvalidRequestError(f"invalid value type for load parameter '{key}', expected file content.")
+                raise InvalidRequestError(
+                    f"invalid value type for load parameter '{key}', expected file content."
+                )
             files[override_path(key)] = value
         else:
             raise InvalidRequestError(f"unrecognized load parameter '{key}'.")
     if config_text is None:
         if files:
-            raise InvalidRequestError("load parameters 'file:...' need the 'config' parameter as well")
+            raise InvalidRequestError(
+                "load parameters 'file:...' need the 'config' parameter as well"
+            )
         return None
     return ModelOverride(config=parse_config(str(config_text)), files=files)
 
@@ -66,35 +122,41 @@ def override_path(key: str) -> PurePosixPath:
     """`file:1/model.json` -> `1/model.json`; a path leaving the model folder is a 400."""
     path = PurePosixPath(key.removeprefix(FILE_PREFIX))
     if not path.parts or path.is_absolute() or ".." in path.parts:
-        raise InvalidRequestError(f"load parameter '{key}': the path must stay inside the model folder")
+        raise InvalidRequestError(
+            f"load parameter '{key}': the path must stay inside the model folder"
+        )
     return path
 
 
-@contextmanager
-def materialise(model_dir: Path, override: ModelOverride | None) -> Iterator[Path]:
+@asynccontextmanager
+async def materialise(model_dir: Path, override: ModelOverride | None) -> AsyncIterator[Path]:
     """The model folder to load from: the repository's, or a temporary one holding the
     override's config and files (or links to the repository's version folders when only
-    the config is overridden). Removed when the load is done."""
+    the config is overridden), written off the event loop. Removed when the load is done."""
     if override is None:
         yield model_dir
         return
-    root = Path(tempfile.mkdtemp(prefix="model-override-"))
+    root = Path(tempfile.mkdtemp(prefix=OVERRIDE_FOLDER_PREFIX))
     try:
         folder = root / model_dir.name
-        folder.mkdir()
-        config = model_config_pb2.ModelConfig()
-        config.CopyFrom(override.config)
-        config.name = config.name or model_dir.name
-        (folder / CONFIG_FILE).write_text(text_format.MessageToString(config))
-        if override.files:
-            for path, content in override.files.items():
-                target = folder / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(content)
-        else:
-            for version in model_dir.iterdir():
-                if version.is_dir() and version.name.isdigit():
-                    (folder / version.name).symlink_to(version.resolve(), target_is_directory=True)
+        await asyncio.to_thread(write_override, folder, model_dir, override)
         yield folder
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, root, True)
+
+
+def write_override(folder: Path, model_dir: Path, override: ModelOverride) -> None:
+    folder.mkdir()
+    config = model_config_pb2.ModelConfig()
+    config.CopyFrom(override.config)
+    config.name = config.name or model_dir.name
+    (folder / CONFIG_FILE).write_text(text_format.MessageToString(config))
+    if override.files:
+        for path, content in override.files.items():
+            target = folder / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return
+    for version in model_dir.iterdir():
+        if version.is_dir() and version.name.isdigit():
+            (folder / version.name).symlink_to(version.resolve(), target_is_directory=True)

@@ -4,39 +4,66 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from app.errors import ModelConfigError, ModelNotFoundError
+from app.paths import PROJECT_ROOT
+from app.repository.engines import Supervision, new_served_model, start_engines, stop_engines
 from app.repository.heap import thawed_heap
+from app.repository.instances import HostDevices
 from app.repository.layout import (
+    DUPLICATE_REASON,
+    REPOSITORY_FILES,
     EngineArgsCheck,
     ModelSpec,
     accept_engine_args,
     load_model,
-    load_repository,
-    model_names,
+    model_folders,
 )
-from app.repository.overrides import ModelOverride, materialise
+from app.repository.overrides import ModelOverride, OverrideLimits, materialise
 from app.repository.served_model import ModelState, ServedModel
-from app.repository.supervision import EngineFactory, EngineSupervisor, RestartPolicy, stop_quietly
+from app.repository.supervision import EngineFactory, EngineSupervisor, RestartPolicy
+from app.security.redaction import client_message
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EngineFactory", "LifecycleOptions", "ModelRegistry", "RepositoryEntry"]
+__all__ = ["EngineFactory", "LifecycleOptions", "ModelControl", "ModelRegistry", "RepositoryEntry"]
+
+
+class ModelControl(str, Enum):
+    """Triton's model control modes: who decides which models are loaded."""
+
+    NONE = "none"
+    """Every model is loaded at start; load and unload requests are refused."""
+    EXPLICIT = "explicit"
+    """The chosen models are loaded at start; clients load and unload the rest."""
+    POLL = "poll"
+    """Every model is loaded at start; the repository folder decides after that."""
 
 
 @dataclass(frozen=True)
 class LifecycleOptions:
-    """How served models are admitted, drained, supervised and reloaded."""
+    """How served models are controlled, admitted, drained, supervised and reloaded."""
 
+    model_control: ModelControl = ModelControl.NONE
+    override_limits: OverrideLimits = field(default_factory=OverrideLimits)
+    """How many `file:` overrides a load request may carry, and how many bytes in all."""
     drain_timeout: float = 30.0
     max_pending: int | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     reload_in_place: bool = False
     """Stop the old engines before starting the new ones (no room for both, e.g. on a GPU)."""
+    exit_on_error: bool = True
+    """A model that fails to load at start stops the start (Triton's --exit-on-error); else
+    it is UNAVAILABLE and the others serve."""
+    strict_readiness: bool = True
+    """The server is ready only while every model is (Triton's --strict-readiness)."""
+    allow_instance_pin: bool = False
+    """A request may name the instance it runs on (app/core/routing.py's PIN_HEADER)."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +73,13 @@ class RepositoryEntry:
     name: str
     version: str | None
     state: str
+    """Empty for a model never loaded (Triton lists it with its name only)."""
     reason: str = ""
 
+
+NOT_UNIQUE = "failed to poll model '%s': not unique across all model repositories"
+"""Triton's log line for a model whose folder is in two repositories."""
+UNAVAILABLE = ModelState.UNAVAILABLE.value
 
 UNAVAILABLE_REASONS = {
     ModelState.RESTARTING: "engine failed: restarting it",
@@ -57,40 +89,121 @@ UNAVAILABLE_REASONS = {
 
 class ModelRegistry:
     """Looks models up by name and version; loads, reloads, unloads, starts, supervises and
-    stops their engines."""
+    stops their engines (one per instance). `repository`: one folder or several (Triton's
+    repeated --model-repository); `only`: the models to load at start (None: every one);
+    `devices`: where instances are placed (default: this host's GPUs and cores)."""
 
     def __init__(
         self,
-        repository: Path,
+        repository: Path | Sequence[Path],
         engine_factory: EngineFactory,
-        only: list[str] | None = None,
+        only: Collection[str] | None = None,
         options: LifecycleOptions | None = None,
         check_engine_args: EngineArgsCheck = accept_engine_args,
         on_unloaded: Callable[[ModelSpec], None] | None = None,
+        devices: HostDevices | None = None,
     ) -> None:
-        self._repository = repository.resolve()
+        roots = [repository] if isinstance(repository, Path) else list(repository)
+        self._roots = tuple(root.resolve() for root in roots)
         self._factory = engine_factory
         self._check_engine_args = check_engine_args
         self._options = options or LifecycleOptions()
         self._on_unloaded = on_unloaded
+        self._devices = devices or HostDevices()
         self._models: dict[str, dict[str, ServedModel]] = {}
-        self._supervisors: dict[int, EngineSupervisor] = {}
+        self._supervision = Supervision(
+            engine_factory, self._options.restart, self._count_restart, self._count_migration
+        )
         self._reasons: dict[str, str] = {}
+        self._reasons_at_start: set[str] = set()
+        """Models that failed to load at start and have not loaded since (strict readiness;
+        as in Triton, a model in two repositories is not one: it was never tried)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self.restarts: dict[tuple[str, str], int] = {}
         """Engine restarts per (model, version) since the server started."""
+        self.migrations: dict[tuple[str, str], int] = {}
+        """Requests per (model, version) that resumed on a restarted engine."""
         self.draining = False
         """True once a graceful shutdown began: frontends open no new streams."""
-        for spec in load_repository(repository, only, check_engine_args):
+        for spec in self._startup_specs(only):
             served = self._new(spec)
             self._models.setdefault(spec.name, {})[spec.version] = served
 
+    def _startup_specs(self, only: Collection[str] | None) -> list[ModelSpec]:
+        """The versions to serve at start. A model that cannot be read (or whose folder is in
+        two repositories) stops the start, or with `exit_on_error` off is UNAVAILABLE."""
+        for root in self._roots:
+            if not root.is_dir():
+                raise ModelConfigError(f"model repository {root} is not a directory")
+        folders, duplicates = model_folders(self._roots)
+        wanted = sorted(folders.keys() | duplicates) if only is None else sorted(set(only))
+        specs: list[ModelSpec] = []
+        for name in wanted:
+            try:
+                specs += self._read(name, folders, duplicates)
+            except ModelConfigError as exc:
+                if self._options.exit_on_error or name not in folders.keys() | duplicates:
+                    raise
+                reason = str(exc).removeprefix(f"failed to load '{name}': ")
+                logger.error("failed to load '%s': %s", name, reason)
+                self._reasons[name] = self._load_failure(exc)
+        return specs
+
+    def _read(self, name: str, folders: dict[str, Path], duplicates: set[str]) -> list[ModelSpec]:
+        if name in duplicates:
+            logger.error(NOT_UNIQUE, name)
+            raise ModelConfigError(f"failed to load '{name}': {DUPLICATE_REASON}")
+        if name not in folders:
+            roots = ", ".join(map(str, self._roots))
+            raise ModelConfigError(f"models ['{name}'] not found in repository {roots}")
+        return load_model(folders[name], folders[name].parent, self._check_engine_args, devices=self._devices)
+
+    def _load_failure(self, exc: BaseException) -> str:
+        if DUPLICATE_REASON in str(exc):
+            return DUPLICATE_REASON
+        return f"load failed: {client_message(str(exc), (*self._roots, PROJECT_ROOT))}"
+
     def _new(self, spec: ModelSpec) -> ServedModel:
-        return ServedModel(spec=spec, engine=self._factory(spec), max_pending=self._options.max_pending)
+        return new_served_model(spec, self._factory, self._options.max_pending, self._options.allow_instance_pin)
+
+    @property
+    def _supervisors(self) -> dict[int, list[EngineSupervisor]]:
+        """id(served model) -> the supervisor of each of its instances."""
+        return self._supervision.supervisors
 
     def __iter__(self) -> Iterator[ServedModel]:
         for versions in list(self._models.values()):
             yield from list(versions.values())
+
+    @property
+    def repository(self) -> Path:
+        """The first repository folder."""
+        return self._roots[0]
+
+    @property
+    def repositories(self) -> tuple[Path, ...]:
+        return self._roots
+
+    def model_folders(self) -> dict[str, Path]:
+        """Each servable model's folder (those in two repositories left out)."""
+        return model_folders(self._roots)[0]
+
+    @property
+    def override_limits(self) -> OverrideLimits:
+        return self._options.override_limits
+
+    @property
+    def takes_control_requests(self) -> bool:
+        """Whether clients may load and unload models (Triton's explicit mode)."""
+        return self._options.model_control is ModelControl.EXPLICIT
+
+    @property
+    def is_ready(self) -> bool:
+        """The server's readiness: every model ready (with strict readiness, also none that
+        failed to load), or with strict readiness off, always."""
+        if not self._options.strict_readiness:
+            return True
+        return not self._reasons_at_start and all(served.is_ready for served in self)
 
     @property
     def is_live(self) -> bool:
@@ -117,45 +230,57 @@ class ModelRegistry:
         )
 
     def index(self) -> list[RepositoryEntry]:
-        """Every model of the repository folder with the state of each loaded version."""
+        """Every model of the repository folders with the state of each loaded version; one
+        in two repositories is UNAVAILABLE, as Triton lists it."""
+        folders, duplicates = model_folders(self._roots)
         entries = []
-        for name in model_names(self._repository):
+        for name in sorted(folders.keys() | duplicates):
+            if name in duplicates:
+                entries.append(RepositoryEntry(name, None, UNAVAILABLE, DUPLICATE_REASON))
+                continue
             loaded = self._models.get(name, {})
-            for served in (loaded[v] for v in sorted(loaded, key=int)):
-                entries.append(index_entry(served))
-            if not loaded:
-                reason = self._reasons.get(name, "not loaded")
-                entries.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE.value, reason))
+            entries.extend(index_entry(loaded[v]) for v in sorted(loaded, key=int))
+            if not loaded and name in self._reasons:
+                entries.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE.value, self._reasons[name]))
+            elif not loaded:
+                entries.append(RepositoryEntry(name, None, ""))
         return entries
 
     async def start(self) -> None:
-        """Start every engine, one after another; stop those started if one fails."""
+        """Start every engine, one after another; stop those started if one fails (with
+        `exit_on_error` off, that model is UNAVAILABLE and the others start)."""
         for served in self:
             try:
                 await self._start(served)
+            except Exception as exc:
+                if self._options.exit_on_error:
+                    await self.shutdown()
+                    raise
+                logger.error("failed to load '%s' version %s: %s", served.name, served.version, exc)
+                await self._drop_failed(served, exc)
             except BaseException:
                 await self.shutdown()
                 raise
+        self._reasons_at_start = {
+            name for name, reason in self._reasons.items() if reason != DUPLICATE_REASON
+        }
+
+    async def _drop_failed(self, served: ServedModel, exc: Exception) -> None:
+        failed = self._models.pop(served.name, {})
+        self._reasons[served.name] = self._load_failure(exc)
+        await stop_engines(list(failed.values()))
 
     async def _start(self, served: ServedModel) -> None:
-        logger.info("starting engine for model '%s' version %s", served.name, served.version)
-        try:
-            await served.engine.start()
-        except BaseException:
-            served.state = ModelState.UNAVAILABLE
-            raise
-        served.state = ModelState.READY
-        self._supervise(served)
-        logger.info("model '%s' version %s is ready", served.name, served.version)
-
-    def _supervise(self, served: ServedModel) -> None:
-        supervisor = EngineSupervisor(served, self._factory, self._options.restart, self._count_restart)
-        self._supervisors[id(served)] = supervisor
-        supervisor.start()
+        await start_engines(served)
+        self._supervision.start(served)
 
     def _count_restart(self, served: ServedModel, cause: str) -> None:
         key = (served.name, served.version)
         self.restarts[key] = self.restarts.get(key, 0) + 1
+
+    def _count_migration(self, served: ServedModel) -> None:
+        key = (served.name, served.version)
+        self.migrations[key] = self.migrations.get(key, 0) + 1
 
     async def load(self, name: str, override: ModelOverride | None = None) -> None:
         """(Re)load a model: read its config anew (or the override) and start its engines.
@@ -164,14 +289,19 @@ class ModelRegistry:
         fail to start it keeps serving and the error is raised. With `reload_in_place` the
         old engines stop first; the model answers 503 meanwhile, never 404.
         """
-        if name not in model_names(self._repository):
+        folders, duplicates = model_folders(self._roots)
+        if name in duplicates:
+            logger.error(NOT_UNIQUE, name)
+            raise ModelConfigError(f"failed to load '{name}': {DUPLICATE_REASON}")
+        if name not in folders:
             raise ModelConfigError(f"failed to load '{name}': no such model in the repository")
         async with self._change(name):
-            await self._load(name, override)
+            await self._load(name, folders[name], override)
 
-    async def _load(self, name: str, override: ModelOverride | None) -> None:
-        with materialise(self._repository / name, override) as model_dir:
-            specs = load_model(model_dir, self._repository, self._check_engine_args)
+    async def _load(self, name: str, folder: Path, override: ModelOverride | None) -> None:
+        async with materialise(folder, override) as model_dir:
+            provenance = override.provenance if override is not None else REPOSITORY_FILES
+            specs = load_model(model_dir, folder.parent, self._check_engine_args, provenance, self._devices)
             current = list(self._models.get(name, {}).values())
             if current and not self._options.reload_in_place:
                 await self._reload_beside(name, specs, current)
@@ -179,6 +309,7 @@ class ModelRegistry:
                 await self._retire(current, ModelState.UNLOADING)
                 await self._load_fresh(name, specs)
         self._reasons.pop(name, None)
+        self._reasons_at_start.discard(name)
 
     async def _reload_beside(self, name: str, specs: list[ModelSpec], current: list[ServedModel]) -> None:
         fresh = [self._new(spec) for spec in specs]
@@ -199,7 +330,7 @@ class ModelRegistry:
                 await self._start(served)
         except BaseException as exc:
             self._models.pop(name, None)
-            self._reasons[name] = f"load failed: {exc}"
+            self._reasons[name] = self._load_failure(exc)
             await self._retire(fresh, ModelState.UNAVAILABLE)
             raise
 
@@ -213,6 +344,7 @@ class ModelRegistry:
         await self._retire(served_versions, ModelState.UNLOADING)
         self._models.pop(name, None)
         self._reasons[name] = "unloaded"
+        self._reasons_at_start.discard(name)
         if self._on_unloaded is not None:
             for served in served_versions:
                 self._on_unloaded(served.spec)
@@ -220,32 +352,23 @@ class ModelRegistry:
     async def _retire(self, served_versions: list[ServedModel], state: ModelState) -> None:
         """Stop supervising, drain (running requests finish, or are aborted after the drain
         timeout) and stop the engines of these model versions."""
-        await self._stop_supervising(served_versions)
+        await self._supervision.stop(served_versions)
         await asyncio.gather(*(s.drain(state, self._options.drain_timeout) for s in served_versions))
-        await self._stop_engines(served_versions)
+        await stop_engines(served_versions)
 
     async def drain(self) -> None:
         """For a graceful shutdown: every model stops admitting, lets running requests
         finish up to the drain timeout, then aborts the rest."""
         self.draining = True
         served_versions = list(self)
-        await self._stop_supervising(served_versions)
+        await self._supervision.stop(served_versions)
         await asyncio.gather(*(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions))
 
     async def shutdown(self) -> None:
         """Stop every engine; one failing to stop does not keep the others running."""
         served_versions = list(self)
-        await self._stop_supervising(served_versions)
-        await self._stop_engines(served_versions)
-
-    async def _stop_supervising(self, served_versions: list[ServedModel]) -> None:
-        supervisors = [self._supervisors.pop(id(s), None) for s in served_versions]
-        await asyncio.gather(*(s.stop() for s in supervisors if s is not None))
-
-    async def _stop_engines(self, served_versions: list[ServedModel]) -> None:
-        for served in served_versions:
-            served.state = ModelState.UNAVAILABLE
-        await asyncio.gather(*(stop_quietly(served.engine) for served in served_versions))
+        await self._supervision.stop(served_versions)
+        await stop_engines(served_versions)
 
     @asynccontextmanager
     async def _change(self, name: str) -> AsyncIterator[None]:

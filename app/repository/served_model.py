@@ -1,16 +1,19 @@
-"""One served model version: its engine, its state, and the requests it admitted."""
+"""One served model version: its instances' engines, its state, the requests it admitted and
+the instance each one was routed to."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
+from app.core.routing import InstanceRouter, RouteHint, RoutingMode, pinned_index, prefix_key
 from app.core.types import InferenceEngine
 from app.errors import EngineUnhealthyError, ModelUnavailableError, OverloadedError
+from app.repository.instances import ModelInstance
 from app.repository.layout import ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -24,27 +27,66 @@ class ModelState(str, Enum):
     LOADING = "LOADING"
     READY = "READY"
     RESTARTING = "RESTARTING"
-    """Its engine failed; a new one is being started (app/repository/supervision.py)."""
+    """Its engine failed; a new one is being started (app/repository/supervision.py). A model
+    is RESTARTING while none of its instances is ready."""
     FAILED = "FAILED"
-    """Its engine failed and may not be restarted any more: the server is not live."""
+    """Its engine failed and may not be restarted any more: the server is not live. A model
+    is FAILED once one of its instances is."""
     UNLOADING = "UNLOADING"
     DRAINING = "DRAINING"
     UNAVAILABLE = "UNAVAILABLE"
 
 
-@dataclass
-class ServedModel:
-    """One model version, its engine, and the requests it is running (a `ServingModel`)."""
+@dataclass(eq=False)
+class InstanceSlot:
+    """One instance of a model version: its engine (replaced when it fails), its state and
+    how many admitted requests were routed to it."""
 
-    spec: ModelSpec
+    instance: ModelInstance
     engine: InferenceEngine
     state: ModelState = ModelState.LOADING
-    max_pending: int | None = None
-    in_flight: dict[str, bool] = field(default_factory=dict)
-    """Admitted request ids -> whether the server aborted them."""
-    _idle: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    admitted: int = 0
 
-    def __post_init__(self) -> None:
+    @property
+    def is_ready(self) -> bool:
+        return self.state is ModelState.READY and self.engine.is_healthy
+
+
+class ServedModel:
+    """One model version, its instances and the requests it is running (a `ServingModel`).
+
+    `engine` for a model of one instance, `engines` (one per instance of the spec's plan)
+    otherwise. `max_pending`: admitted requests (running + queued) beyond which new ones are
+    refused; None: the engines' own capacity (`request_capacity`); 0: no limit. `allow_pin`:
+    a request may name its instance (`RouteHint.pin`)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        engine: InferenceEngine | None = None,
+        state: ModelState = ModelState.LOADING,
+        max_pending: int | None = None,
+        *,
+        engines: Sequence[InferenceEngine] = (),
+        allow_pin: bool = False,
+    ) -> None:
+        engines = [engine] if engine is not None else list(engines)
+        plan = spec.instance_plan
+        if len(engines) != len(plan):
+            raise ValueError(f"{len(plan)} instances of '{spec.name}', {len(engines)} engines")
+        self.spec = spec
+        self.slots = [
+            InstanceSlot(instance, engine, state)
+            for instance, engine in zip(plan, engines, strict=True)
+        ]
+        self._state = state
+        self.max_pending = max_pending
+        self.allow_pin = allow_pin
+        self.router = InstanceRouter(spec.routing)
+        self.in_flight: dict[str, bool] = {}
+        """Admitted request ids -> whether the server aborted them."""
+        self._placed: dict[str, InstanceSlot] = {}
+        self._idle = asyncio.Event()
         self._idle.set()
 
     @property
@@ -56,8 +98,55 @@ class ServedModel:
         return self.spec.version
 
     @property
+    def state(self) -> ModelState:
+        """Its lifecycle state; while READY, as its instances make it: FAILED once one of
+        them failed for good, RESTARTING while none is ready."""
+        if self._state is not ModelState.READY:
+            return self._state
+        states = {slot.state for slot in self.slots}
+        if ModelState.FAILED in states:
+            return ModelState.FAILED
+        if ModelState.READY not in states:
+            return ModelState.RESTARTING
+        return ModelState.READY
+
+    @state.setter
+    def state(self, state: ModelState) -> None:
+        self._state = state
+
+    @property
+    def engine(self) -> InferenceEngine:
+        """An engine of the model (the first ready instance's): for what every instance has
+        alike (context length, images, OpenAI API); requests are routed (`admit`)."""
+        for slot in self.slots:
+            if slot.is_ready:
+                return slot.engine
+        return self.slots[0].engine
+
+    @property
+    def engines(self) -> list[InferenceEngine]:
+        return [slot.engine for slot in self.slots]
+
+    @property
+    def admission_limit(self) -> int | None:
+        """The most requests admitted at once (None: no limit)."""
+        if self.max_pending is not None:
+            return self.max_pending or None
+        return sum(slot.engine.request_capacity or 0 for slot in self.slots) or None
+
+    @property
     def is_ready(self) -> bool:
-        return self.state is ModelState.READY and self.engine.is_healthy
+        return self.state is ModelState.READY and any(slot.is_ready for slot in self.slots)
+
+    @property
+    def is_healthy(self) -> bool:
+        """An engine of the model can serve (vLLM's /health)."""
+        return any(slot.engine.is_healthy for slot in self.slots)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        """Requests its engines hold, by their own count."""
+        return sum(slot.engine.num_unfinished_requests for slot in self.slots)
 
     def ensure_ready(self) -> None:
         """Raise the error a request to this model gets when it cannot be served."""
@@ -70,23 +159,64 @@ class ServedModel:
         if not self.is_ready:
             raise EngineUnhealthyError()
 
-    @asynccontextmanager
-    async def admit(self, request_id: str) -> AsyncIterator[None]:
-        """Admit a request and count it as in flight for as long as it runs.
+    def route(self, hint: RouteHint | None = None) -> InstanceSlot:
+        """The instance a request goes to: the one it pins (where allowed; a 400 for no such
+        instance), else one of the ready ones as the model's routing policy chooses."""
+        hint = hint or RouteHint()
+        if hint.pin is not None and self.allow_pin:
+            slot = self.slots[pinned_index(hint.pin, len(self.slots), self.name)]
+            if not slot.is_ready:
+                raise EngineUnhealthyError()
+            return slot
+        if len(self.slots) == 1:
+            return self.slots[0]
+        ready = [slot for slot in self.slots if slot.is_ready]
+        if not ready:
+            raise EngineUnhealthyError()
+        loads = {slot.instance.index: slot.admitted for slot in ready}
+        key = None
+        policy = self.router.policy
+        if policy.mode is RoutingMode.PREFIX:
+            tokens = hint.token_ids
+            if tokens is None:
+                tokens = ready[0].engine.prefix_tokens(hint.text, policy.prefix_tokens)
+            key = prefix_key(tokens, hint.adapter, policy.prefix_tokens)
+        return self.slots[self.router.choose(loads, key)]
 
-        The one readiness check of a request. Beyond `max_pending` admitted requests the
-        answer is an `OverloadedError`. With ENABLE_VLLM_HEALTH_CHECK the engine is checked
-        first, as the backend does (a failed engine is the supervisor's to replace). A request
-        the server aborted (drain, unload) ends with an error instead of its partial output.
+    @asynccontextmanager
+    async def admit(
+        self, request_id: str, route: RouteHint | None = None
+    ) -> AsyncIterator[InferenceEngine]:
+        """Admit a request, route it to an instance and count it as in flight there for as
+        long as it runs; yields that instance's engine.
+
+        The one readiness check of a request. Beyond `admission_limit` admitted requests
+        the answer is an `OverloadedError` (a 503 with Retry-After, before any output). With
+        ENABLE_VLLM_HEALTH_CHECK the engine is checked first, as the backend does (a failed
+        engine is the supervisor's to replace). A request the server aborted (drain, unload)
+        ends with an error instead of its partial output.
         """
         self.ensure_ready()
-        if self.max_pending is not None and len(self.in_flight) >= self.max_pending:
+        limit = self.admission_limit
+        if limit is not None and len(self.in_flight) >= limit:
             raise OverloadedError(
-                f"Model '{self.name}' is overloaded: {len(self.in_flight)} requests pending; retry later"
+                f"Model '{self.name}' is overloaded: {len(self.in_flight)} "
+                f"requests pending; retry later"
             )
-        if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
-            await self.engine.check_health()
+        slot = self.route(route)
+        slot.admitted += 1
+        try:
+            if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
+                await slot.engine.check_health()
+            async with self._in_flight(request_id, slot):
+                yield slot.engine
+        finally:
+            slot.admitted -= 1
+
+    @asynccontextmanager
+    async def _in_flight(self, request_id: str, slot: InstanceSlot) -> AsyncIterator[None]:
         self.in_flight[request_id] = False
+        self._placed[request_id] = slot
         self._idle.clear()
         try:
             yield
@@ -94,6 +224,7 @@ class ServedModel:
                 raise ModelUnavailableError(SHUTDOWN_MESSAGE)
         finally:
             del self.in_flight[request_id]
+            self._placed.pop(request_id, None)
             if not self.in_flight:
                 self._idle.set()
 
@@ -106,15 +237,21 @@ class ServedModel:
         return True
 
     async def drain(self, state: ModelState, timeout: float) -> None:
-        """Stop admitting; let running requests finish for `timeout` s, then abort the rest."""
+        """Stop admitting; let running requests finish for `timeout` s, then abort the rest
+        (each on the engine of its instance)."""
         self.state = state
         if await self.wait_idle(timeout):
             return
         logger.warning(
             "model '%s' version %s: aborting %d requests still running after %.0f s",
-            self.name, self.version, len(self.in_flight), timeout,
+            self.name,
+            self.version,
+            len(self.in_flight),
+            timeout,
         )
         for request_id in list(self.in_flight):
             self.in_flight[request_id] = True
-            await self.engine.abort(request_id)
+            slot = self._placed.get(request_id)
+            if slot is not None:
+                await slot.engine.abort(request_id)
         await self.wait_idle(ABORT_GRACE_SECONDS)

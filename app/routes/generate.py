@@ -73,7 +73,9 @@ async def generate(
     model_version: str | None = None,
 ) -> Response:
     context = GenerationContext(request, generation, log)
-    responses = await open_responses(context, registry.get(model_name, model_version), body, ONE_RESPONSE)
+    responses = await open_responses(
+        context, registry.get(model_name, model_version), body, ONE_RESPONSE
+    )
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     first, rest = responses
@@ -134,7 +136,8 @@ async def generate_stream_get(
 
 @router.get(
     "/v2/models/{model_name}/versions/{model_version}/generate_stream",
-    summary="Generate text with a given model version as Server-Sent Events, for a browser EventSource",
+    summary="Generate text with a given model version "
+    "as Server-Sent Events, for a browser EventSource",
     description=EVENT_SOURCE_DESCRIPTION,
     response_class=EventSourceResponse,
     responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
@@ -151,7 +154,9 @@ async def generate_stream_get_version(
 ) -> Response:
     """The same stream of one model version from query parameters, for `EventSource`."""
     context = GenerationContext(request, generation, log)
-    return await event_source_stream(context, registry, model_name, model_version, settings.sse_ping_seconds)
+    return await event_source_stream(
+        context, registry, model_name, model_version, settings.sse_ping_seconds
+    )
 
 
 async def event_source_stream(
@@ -175,7 +180,11 @@ async def event_source_stream(
 
 
 async def event_stream(
-    context: GenerationContext, model: ServedModel, body: GenerateRequest, framing: Framing, ping_seconds: int
+    context: GenerationContext,
+    model: ServedModel,
+    body: GenerateRequest,
+    framing: Framing,
+    ping_seconds: int,
 ) -> Response:
     """Errors until the engine has accepted the request are answered with their status; then
     the stream starts (before the first token: its headers are not on the first token's way)."""

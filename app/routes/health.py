@@ -17,7 +17,10 @@ router = APIRouter(tags=["health"])
     response_class=Response,
     responses={
         200: {"description": "Alive (empty body)"},
-        503: {"description": "A model's engine failed and its restarts are exhausted: restart the server"},
+        503: {
+            "description": "A model's engine failed and its restarts are exhausted"
+            ": restart the server"
+        },
     },
 )
 async def live(registry: RegistryDep) -> Response:
@@ -31,5 +34,18 @@ async def live(registry: RegistryDep) -> Response:
     responses=READY_RESPONSES,
 )
 async def ready(registry: RegistryDep) -> Response:
-    all_ready = all(model.is_ready for model in registry)
-    return Response(status_code=200 if all_ready else 503)
+    return Response(status_code=200 if registry.is_ready else 503)
+
+
+@router.get(
+    "/health",
+    summary="Can every engine serve (vLLM's health route)",
+    response_class=Response,
+    responses={
+        200: {"description": "Every loaded model's engine can serve (empty body)"},
+        503: {"description": "An engine failed, is restarting or is not started yet"},
+    },
+)
+async def engines_healthy(registry: RegistryDep) -> Response:
+    healthy = registry.is_live and all(model.is_healthy for model in registry)
+    return Response(status_code=200 if healthy else 503)

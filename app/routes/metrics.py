@@ -1,11 +1,13 @@
-"""Prometheus exposition of the server's registry (vllm: engine metrics and HTTP metrics)."""
+"""Prometheus exposition of the server's registry: Triton's nv_ metrics, the vllm: engine
+metrics, HTTP and gRPC metrics."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.observability.exposition import exposition
 from app.routes.dependencies import RuntimeDep
 from app.routes.openapi_examples import METRICS_RESPONSE
 
@@ -13,10 +15,13 @@ router = APIRouter(tags=["metrics"])
 
 
 @router.get(
-    "/metrics", summary="Prometheus metrics", response_class=Response, responses={200: METRICS_RESPONSE}
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: METRICS_RESPONSE},
 )
 async def metrics(runtime: RuntimeDep) -> Response:
     """This process's series; with several frontend processes, all of theirs merged."""
     if runtime.group is not None:
         return Response(await runtime.group.metrics(), media_type=CONTENT_TYPE_LATEST)
-    return Response(generate_latest(runtime.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition(runtime.metrics_registry), media_type=CONTENT_TYPE_LATEST)

@@ -22,7 +22,10 @@ async def server_metadata() -> dict[str, Any]:
 
 
 @router.get(
-    "/v2/models/{model_name}", summary="Model metadata", response_model=ModelMetadata, responses=NOT_FOUND
+    "/v2/models/{model_name}",
+    summary="Model metadata",
+    response_model=ModelMetadata,
+    responses=NOT_FOUND,
 )
 @router.get(
     "/v2/models/{model_name}/versions/{model_version}",

@@ -17,7 +17,11 @@ def error_response(description: str, message: str) -> dict[str, Any]:
     }
 
 
-NOT_FOUND = {404: error_response("Unknown model or version", "Request for unknown model: 'other' is not found")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: error_response(
+        "Unknown model or version", "Request for unknown model: 'other' is not found"
+    )
+}
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: error_response(
@@ -56,7 +60,8 @@ GENERATE_REQUEST_BODY = request_body(
             },
         },
         "sampling_parameters": {
-            "summary": "Parameters as a JSON string (replaces `parameters`), as the backend reads it",
+            "summary": "Parameters as a JSON string (replaces `parameters`), "
+            "as the backend reads it",
             "value": {
                 "text_input": "Name three colours.",
                 "sampling_parameters": '{"max_tokens": 24, "stop": ["\\n\\n"]}',
@@ -98,7 +103,7 @@ GENERATE_RESPONSE = {
 
 STREAM_RESPONSE = {
     "description": "One `data: {json}` event per engine step with only the new text; an error "
-    "after the first event is a last `data: {\"error\": ...}` event",
+    'after the first event is a last `data: {"error": ...}` event',
     "content": {
         "text/event-stream": {
             "schema": {"type": "string"},
@@ -119,7 +124,8 @@ EVENT_SOURCE_RESPONSE = {
             "examples": {
                 "stream": {
                     "summary": "Tokens, then the end event",
-                    "value": 'data: {"model_name":"smollm2","model_version":"1","text_output":"Why"}\n\n'
+                    "value": 'data: {"model_name":"smollm2","model_version":"1",'
+                    '"text_output":"Why"}\n\n'
                     'data: {"model_name":"smollm2","model_version":"1","text_output":" did"}\n\n'
                     "event: end\ndata: {}\n\n",
                 },
@@ -148,7 +154,10 @@ server requires one.
 const es = new EventSource('/v2/models/smollm2/generate_stream?text_input=Hi&max_tokens=32');
 es.onmessage = (e) => console.log(JSON.parse(e.data).text_output);
 es.addEventListener('end', () => es.close());
-es.addEventListener('error', (e) => { if (e.data) console.error(JSON.parse(e.data).error); es.close(); });
+es.addEventListener('error', (e) => {
+  if (e.data) console.error(JSON.parse(e.data).error);
+  es.close();
+});
 ```
 """
 

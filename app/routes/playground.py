@@ -1,4 +1,5 @@
-"""The playground page at `/`: a prompt box streaming through `EventSource` (app/static/playground)."""
+"""The playground page at `/`: a prompt box streaming through `EventSource`
+(app/static/playground)."""
 
 from __future__ import annotations
 

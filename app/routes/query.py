@@ -37,7 +37,8 @@ NOT_IN_QUERY = frozenset({"parameters", "image"})
 
 
 def generate_request_from_query(query: QueryParams) -> GenerateRequest:
-    """Validate the query string as the body of a POST `generate_stream`, or a 400 naming the field."""
+    """Validate the query string as the body of a POST `generate_stream`, or a 400 naming the
+    field."""
     lists = list_fields()
     data: dict[str, Any] = {}
     for key in dict.fromkeys(query.keys()):
@@ -52,7 +53,9 @@ def generate_request_from_query(query: QueryParams) -> GenerateRequest:
 @cache
 def query_fields() -> frozenset[str]:
     """The parameters the query string may carry: the typed fields of the body."""
-    return frozenset((set(GenerateRequest.model_fields) | set(SamplingParameters.model_fields)) - NOT_IN_QUERY)
+    return frozenset(
+        (set(GenerateRequest.model_fields) | set(SamplingParameters.model_fields)) - NOT_IN_QUERY
+    )
 
 
 def check_known(key: str) -> None:

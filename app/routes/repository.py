@@ -6,25 +6,48 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from app.errors import InvalidRequestError
-from app.repository.overrides import FILE_PREFIX, parse_override
-from app.routes.dependencies import RegistryDep, RuntimeDep, optional_json_body
+from app.repository.overrides import (
+    FILE_PREFIX,
+    check_load_body_size,
+    check_override_files,
+    parse_override,
+)
+from app.routes.dependencies import RegistryDep, RuntimeDep, optional_json_body, parse_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
+from app.triton.repository import check_control_requests
 from app.triton.repository import load_model as triton_load_model
+from app.triton.repository import unload_model as triton_unload_model
 
 router = APIRouter(tags=["models"])
 
-IndexBody = Annotated[RepositoryIndexRequest | None, Depends(optional_json_body(RepositoryIndexRequest))]
-ControlBody = Annotated[ModelControlRequest | None, Depends(optional_json_body(ModelControlRequest))]
 
-LOAD_ERRORS = {
+async def load_request_body(request: Request, registry: RegistryDep) -> ModelControlRequest | None:
+    """A load's body, read only in explicit mode (503 otherwise, as Triton) and only parsed
+    when its size in JSON values fits the allowed number of override files."""
+    check_control_requests(registry)
+    check_load_body_size(await request.body(), registry.override_limits.max_files)
+    return await parse_json_body(request, ModelControlRequest)
+
+
+LoadBody = Annotated[ModelControlRequest | None, Depends(load_request_body)]
+IndexBody = Annotated[
+    RepositoryIndexRequest | None, Depends(optional_json_body(RepositoryIndexRequest))
+]
+ControlBody = Annotated[
+    ModelControlRequest | None, Depends(optional_json_body(ModelControlRequest))
+]
+
+LOAD_ERRORS: dict[int | str, dict[str, Any]] = {
     400: error_response("The model could not be loaded", "load failed for model 'smollm2': ...")
 }
-UNLOAD_ERRORS = {404: error_response("Model not loaded", "Request for unknown model: 'other' is not found")}
+UNLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: error_response("Model not loaded", "Request for unknown model: 'other' is not found")
+}
 
 
 @router.post(
@@ -40,7 +63,7 @@ async def repository_index(
 ) -> list[RepositoryIndexEntry]:
     entries = [
         RepositoryIndexEntry(
-            name=e.name, version=e.version, state=e.state, reason=e.reason or None
+            name=e.name, version=e.version, state=e.state or None, reason=e.reason or None
         )
         for e in registry.index()
     ]
@@ -58,13 +81,27 @@ async def repository_index(
 async def load_model(
     model_name: str,
     runtime: RuntimeDep,
-    body: ControlBody,
+    body: LoadBody,
 ) -> Response:
     """Triton's overrides are taken: `parameters.config` (the model configuration as JSON)
-    and `parameters["file:<version>/<name>"]` (base64 file contents, with `config`)."""
-    override = parse_override(decoded_files(body.parameters or {})) if body is not None else None
+    and `parameters["file:<version>/<name>"]` (base64 file contents, with `config`). In
+    Triton's explicit model control mode only; 503 otherwise."""
+    override = None
+    if body is not None and body.parameters:
+        sizes = {
+            key: decoded_size(value)
+            for key, value in body.parameters.items()
+            if key.startswith(FILE_PREFIX)
+        }
+        check_override_files(sizes, runtime.registry.override_limits)
+        override = parse_override(decoded_files(body.parameters))
     await triton_load_model(runtime.registry, runtime.statistics, model_name, override)
     return Response(status_code=200)
+
+
+def decoded_size(value: object) -> int:
+    """The size of base64 text once decoded (of valid text: invalid text is refused then)."""
+    return len(str(value).rstrip("=")) * 3 // 4
 
 
 def decoded_files(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +112,9 @@ def decoded_files(parameters: dict[str, Any]) -> dict[str, Any]:
             try:
                 decoded[key] = base64.b64decode(str(value), validate=True)
             except (binascii.Error, ValueError) as exc:
-                raise InvalidRequestError(f"parameters.{key}: not base64-encoded file content ({exc})") from exc
+                raise InvalidRequestError(
+                    f"parameters.{key}: not base64-encoded file content ({exc})"
+                ) from exc
     return decoded
 
 
@@ -90,5 +129,5 @@ async def unload_model(
     registry: RegistryDep,
     body: ControlBody,
 ) -> Response:
-    await registry.unload(model_name)
+    await triton_unload_model(registry, model_name)
     return Response(status_code=200)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
 
+from app.core.routing import PIN_HEADER
 from app.core.service import GenerationService
 from app.core.types import GenerationChunk
 from app.errors import ServerError
@@ -22,7 +23,7 @@ from app.schemas.generate import GenerateRequest
 from app.triton.inputs import StreamPolicy, triton_request
 from app.triton.outputs import ResponseBuilder
 
-Responses = AsyncIterator[dict[str, Any]]
+Responses = AsyncGenerator[dict[str, Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +44,26 @@ async def open_responses(
     with their status); None when the client left first. Returns the first response, when
     it came first, and the responses still to come."""
     if context.log is not None:
-        context.log.model, context.log.version, context.log.prompt = model.name, model.version, body.text_input
+        context.log.model, context.log.version, context.log.prompt = (
+            model.name,
+            model.version,
+            body.text_input,
+        )
     accepted = asyncio.get_running_loop().create_future()
-    triton = triton_request(body, model, policy)
+    triton = triton_request(body, model, policy, context.generation.limits)
     request = triton.generation
+    request.instance_pin = context.request.headers.get(PIN_HEADER)
     if request.stream:
-        request = dataclasses.replace(request, on_accepted=lambda: accepted.done() or accepted.set_result(None))
+
+        def accept() -> None:
+            if not accepted.done():
+                accepted.set_result(None)
+
+        request = dataclasses.replace(request, on_accepted=accept)
     builder = ResponseBuilder(triton, model.name, model.version)
-    responses = built(builder, context.generation.generate(model, request, context.log), context.log)
+    responses = built(
+        builder, context.generation.generate(model, request, context.log), context.log
+    )
     first = asyncio.ensure_future(anext(responses))
     try:
         await until_disconnect(context.request, either(first, accepted))
@@ -88,11 +101,11 @@ async def close(first: asyncio.Future[Any], responses: Responses) -> None:
     if not first.done():
         first.cancel()
     await asyncio.gather(first, return_exceptions=True)
-    await responses.aclose()  # type: ignore[attr-defined]
+    await responses.aclose()
 
 
 async def built(
-    builder: ResponseBuilder, chunks: AsyncIterator[GenerationChunk], log: RequestLog | None
+    builder: ResponseBuilder, chunks: AsyncGenerator[GenerationChunk, None], log: RequestLog | None
 ) -> Responses:
     """The backend's response for each chunk; closing this closes (aborts) the chunks. A
     failure is noted in the access log (a stream's status is already 200)."""
@@ -101,7 +114,7 @@ async def built(
             yield builder.build(chunk)
     except ServerError as exc:
         if log is not None:
-            log.error = exc.message
+            log.error = exc.detail
         raise
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()

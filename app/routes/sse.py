@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from starlette.types import Message, Send
 
 from app.errors import ServerError
 from app.http.errors import error_body
+from app.security.redaction import without_dumps
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ EVENT_SOURCE_FRAMING = Framing(error=error_event, end=named_frame("end", {}))
 
 
 async def sse_frames(
-    first: dict[str, Any] | None, events: AsyncIterator[dict[str, Any]], framing: Framing
-) -> AsyncIterator[bytes]:
+    first: dict[str, Any] | None, events: AsyncGenerator[dict[str, Any], None], framing: Framing
+) -> AsyncGenerator[bytes, None]:
     """`data:` frames of compact JSON (`first`, if given, then `events`); an error once the
     stream has started becomes an error frame."""
     try:
@@ -69,12 +70,12 @@ async def sse_frames(
         yield framing.error(error_body(exc.message))
     except Exception as exc:
         logger.exception("stream failed after it started")
-        yield framing.error(error_body(f"Error generating stream: {exc}"))
+        yield framing.error(error_body(without_dumps(f"Error generating stream: {exc}")))
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
 
 
-async def single_frame(frame: bytes) -> AsyncIterator[bytes]:
+async def single_frame(frame: bytes) -> AsyncGenerator[bytes, None]:
     yield frame
 
 

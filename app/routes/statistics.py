@@ -12,7 +12,9 @@ from app.triton.statistics import statistics_json
 
 router = APIRouter(tags=["models"])
 
-NOT_AVAILABLE = {400: error_response("Model or version not ready", "requested model 'other' is not available")}
+NOT_AVAILABLE: dict[int | str, dict[str, Any]] = {
+    400: error_response("Model or version not ready", "requested model 'other' is not available")
+}
 STATISTICS_RESPONSE = {
     "description": "Triton's statistics JSON: counts and total nanoseconds per phase",
     "content": {
@@ -53,7 +55,11 @@ STATISTICS_RESPONSE = {
 }
 
 
-@router.get("/v2/models/stats", summary="Statistics of every ready model", responses={200: STATISTICS_RESPONSE})
+@router.get(
+    "/v2/models/stats",
+    summary="Statistics of every ready model",
+    responses={200: STATISTICS_RESPONSE},
+)
 async def all_statistics(runtime: RuntimeDep) -> dict[str, Any]:
     return statistics_json(runtime.registry, runtime.statistics)
 
@@ -68,5 +74,7 @@ async def all_statistics(runtime: RuntimeDep) -> dict[str, Any]:
     summary="Statistics of one model version",
     responses={200: STATISTICS_RESPONSE, **NOT_AVAILABLE},
 )
-async def model_statistics(model_name: str, runtime: RuntimeDep, model_version: str = "") -> dict[str, Any]:
+async def model_statistics(
+    model_name: str, runtime: RuntimeDep, model_version: str = ""
+) -> dict[str, Any]:
     return statistics_json(runtime.registry, runtime.statistics, model_name, model_version)

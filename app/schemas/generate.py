@@ -26,7 +26,9 @@ class SamplingParameters(BaseModel):
     apply_chat_template: bool | None = Field(
         None, description="Wrap text_input in the model's chat template (default: per model)."
     )
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="New tokens at most (vLLM: 16).")
+    max_tokens: int | None = Field(
+        None, ge=1, le=INT32_MAX, description="New tokens at most (vLLM: 16)."
+    )
     min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -39,7 +41,9 @@ class SamplingParameters(BaseModel):
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
-    logprobs: int | None = Field(None, ge=0, le=INT32_MAX, description="Top log-probabilities per token.")
+    logprobs: int | None = Field(
+        None, ge=0, le=INT32_MAX, description="Top log-probabilities per token."
+    )
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     repetition_penalty: float | None = Field(None, gt=0)
@@ -93,10 +97,10 @@ class GenerateResponse(BaseModel):
     model_name: str
     model_version: str
     text_output: str | list[str]
-    finish_reason: str | None | list[str | None] = Field(
+    finish_reason: str | list[str | None] | None = Field(
         None, description="Why generation stopped ('stop', 'length', ...); null while running."
     )
-    cumulative_logprob: float | None | list[float | None] = None
+    cumulative_logprob: float | list[float | None] | None = None
     logprobs: str | list[str] | None = Field(
         None,
         description="JSON text: per new token, {token_id: {logprob, rank, decoded_token}}.",

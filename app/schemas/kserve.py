@@ -14,7 +14,13 @@ class ServerMetadata(BaseModel):
                 {
                     "name": "triton-vllm-generate",
                     "version": "0.1.0",
-                    "extensions": ["model_repository", "model_configuration", "generate", "statistics"],
+                    "extensions": [
+                        "model_repository",
+                        "model_configuration",
+                        "generate",
+                        "statistics",
+                        "logging",
+                    ],
                 }
             ]
         }
@@ -78,7 +84,12 @@ class ModelControlRequest(BaseModel):
         extra="allow",
         json_schema_extra={
             "examples": [
-                {"parameters": {"config": '{"backend": "vllm", "parameters": {"REPORT_CUSTOM_METRICS": {"string_value": "true"}}}'}}
+                {
+                    "parameters": {
+                        "config": '{"backend": "vllm", '
+                        '"parameters": {"REPORT_CUSTOM_METRICS": {"string_value": "true"}}}'
+                    }
+                }
             ]
         },
     )

@@ -39,7 +39,9 @@ def validate_json(model: type[Model], raw: bytes | str) -> Model:
         raise invalid_request(exc) from exc
 
 
-def validate_data(model: type[Model], data: Any, location: str = "", strict: bool | None = None) -> Model:
+def validate_data(
+    model: type[Model], data: Any, location: str = "", strict: bool | None = None
+) -> Model:
     """Validate Python data as `model`, or a 400 naming the fields under `location`."""
     try:
         return model.model_validate(data, strict=strict)

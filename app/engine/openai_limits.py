@@ -1,0 +1,79 @@
+"""The server's limits on OpenAI bodies, checked on the body as sent (before vLLM's request
+models read it) and as vLLM read it: O(1) per field, so that a request far above a limit is
+refused before vLLM's code does any work it sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.core.guard import RequestGuard
+from app.core.limits import check_count, integer
+from app.engine.openai_bodies import given
+from app.errors import InvalidRequestError
+
+LIMITED_FIELDS = (
+    "n",
+    "stop",
+    "bad_words",
+    "stop_token_ids",
+    "allowed_token_ids",
+    "logit_bias",
+    "logprob_token_ids",
+)
+"""Fields of vLLM's request models that `check_sampling` bounds (besides max_tokens)."""
+
+
+def check_limits(
+    guard: RequestGuard, values: Mapping[str, Any], max_tokens_field: str = "max_tokens"
+) -> None:
+    """The server's limits on a body (as sent, then as vLLM read it): O(1) per field, so that
+    a request far above a limit is refused before vLLM's code does any work it sizes."""
+    check_best_of(values.get("best_of"))
+    guard.check_sampling(dict(values), max_tokens_field)
+    check_count("prompt", prompt_count(values.get("prompt")), guard.limits.max_prompts)
+
+
+def check_best_of(value: Any) -> None:
+    """vLLM's engine samples exactly `n` choices and its request models drop `best_of`
+    unread: one asking for more than one choice is refused, naming it."""
+    if value is not None and integer(value) != 1:
+        raise InvalidRequestError(
+            "best_of: not supported (the engine returns every choice it samples): use n",
+            param="best_of",
+        )
+
+
+LOGPROB_FIELDS = ("logprobs", "top_logprobs", "prompt_logprobs")
+
+
+def check_logprobs(body: Mapping[str, Any], max_logprobs: int) -> None:
+    """The model's bound on log probabilities per position (vLLM's `max_logprobs`), checked
+    on the body as sent, before vLLM's serving code reads it."""
+    if max_logprobs < 0:
+        return
+    for name in LOGPROB_FIELDS:
+        value = integer(body.get(name))
+        if value is not None and value > max_logprobs:
+            raise InvalidRequestError(
+                f"{name}: {value} is above the model's limit of {max_logprobs} log probabilities",
+                param=name,
+            )
+
+
+def values_of(request: BaseModel, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
+    """The limited fields of vLLM's request model; `max_tokens` only where the client set it."""
+    values = {name: getattr(request, name, None) for name in LIMITED_FIELDS}
+    values[max_tokens_field] = given(request, max_tokens_field)
+    values["prompt"] = getattr(request, "prompt", None)
+    return values
+
+
+def prompt_count(prompt: Any) -> int:
+    """How many prompts (engine requests) a completions `prompt` holds: a list of texts or of
+    token lists is several; a text or one token list is one."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        return len(prompt)
+    return 0 if prompt is None else 1
