@@ -10,12 +10,15 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MARKER = ".prepared"
+FOLDER_MODE = 0o755
+FILE_MODE = 0o644
 
 
 def gguf_folder() -> Path:
@@ -41,13 +44,31 @@ def convert(source: Path, target: Path) -> None:
     model.load_state_dict(loaded.state_dict())
     model = model.to(torch.bfloat16)
 
+    def write(staging: Path) -> None:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+
+    publish(target, write)
+
+
+def publish(target: Path, write: Callable[[Path], None]) -> None:
+    """`write` fills a staging folder beside `target`, which then replaces `target` at once,
+    readable by every user, with the marker of a finished preparation."""
     staging = Path(tempfile.mkdtemp(prefix="smollm2-", dir=target.parent))
-    model.save_pretrained(staging, safe_serialization=True)
-    tokenizer.save_pretrained(staging)
+    write(staging)
     (staging / MARKER).write_text(GGUF_NAME + "\n")
+    make_readable_by_all(staging)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
+
+
+def make_readable_by_all(folder: Path) -> None:
+    """Folders 0755 and files 0644: the staging folder is made 0700 and some writers make
+    0600 files, yet the server may run as another user (uid 1000 in the images)."""
+    folder.chmod(FOLDER_MODE)
+    for path in folder.rglob("*"):
+        path.chmod(FOLDER_MODE if path.is_dir() else FILE_MODE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     target: Path = args.target.resolve()
     if (target / MARKER).exists():
+        make_readable_by_all(target)
         print(f"[setup] default model already prepared in {target}")
         return 0
     target.parent.mkdir(parents=True, exist_ok=True)

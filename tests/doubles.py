@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,15 @@ class FakeEngine:
         self._start_delay = start_delay
         self._start_error = start_error
         self.ping_hangs = False
+        self.ping_waits_for_steps = False
+        """A busy engine core answers between two steps: the probe waits while a request runs."""
+        self.hung = False
+        """Steps stop (a stopped core): requests pending make no progress, pings hang."""
+        self.progress = 0
+        self.request_capacity: int | None = None
+        self.unanswered_pings = 0
+        self.handover: Any = None
+        """Set by supervision (the double's requests do not resume: they end with the error)."""
         if openai:
             self.openai_serving = FakeOpenAIServing(self)
 
@@ -92,6 +102,10 @@ class FakeEngine:
     def render_chat_prompt(self, text: str) -> str:
         return f"<user>{text}</user><assistant>"
 
+    def prefix_tokens(self, text: str, limit: int) -> list[int]:
+        """One token per word, the same in every process."""
+        return word_tokens(text)[:limit]
+
     async def abort(self, request_id: str) -> None:
         self.abort_calls.append(request_id)
 
@@ -106,11 +120,18 @@ class FakeEngine:
     async def ping(self, timeout: float) -> None:
         """Like the real engine: an answer within `timeout`, unless told to hang."""
         await self.check_health()
-        if self.ping_hangs:
-            await asyncio.sleep(timeout)
-            raise EngineUnhealthyError(f"the engine did not answer within {timeout:g} s")
+        try:
+            await asyncio.wait_for(self._answer(), timeout)
+        except asyncio.TimeoutError:
+            self.unanswered_pings += 1
+            raise EngineUnhealthyError(f"the engine did not answer within {timeout:g} s") from None
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def _answer(self) -> None:
+        # polls the flags, plain attributes that the tests set
+        while self.ping_hangs or self.hung or (self.ping_waits_for_steps and self.active):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
         self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:
@@ -133,13 +154,18 @@ class FakeEngine:
 
     async def _steps(
         self, request_id: str, params: SamplingParams, num_prompt_tokens: int
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncGenerator[GenerationChunk, None]:
         stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
         running = set(range(params.n))
         cumulative = [0.0] * params.n
         for step in range(params.max_tokens):
             if self._step_delay:
                 await asyncio.sleep(self._step_delay)
+            while self.hung:
+                if self.stopped:
+                    raise EngineUnhealthyError()
+                await asyncio.sleep(0.01)
+            self.progress += 1
             if self._fail_after is not None and step == self._fail_after:
                 raise self._fail_with or ServerError("engine failed")
             if request_id in self.abort_calls:
@@ -174,3 +200,8 @@ class FakeEngine:
             )
             if not running:
                 return
+
+
+def word_tokens(text: str) -> list[int]:
+    """The double's tokenizer: each word's CRC-32."""
+    return [zlib.crc32(word.encode()) for word in text.split()]

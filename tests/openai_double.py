@@ -4,7 +4,7 @@ runs the engine double through the request's guard, and answers in OpenAI's shap
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.core.chunks import merge_chunks
 from app.core.guard import RequestGuard
 from app.core.types import GenerationChunk, GenerationRequest
-from app.errors import InvalidRequestError, ServerError
+from app.errors import InvalidRequestError, ModelNotFoundError, ServerError
 
 
 class Body(BaseModel):
@@ -46,31 +46,61 @@ class FakeOpenAIServing:
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.calls: list[dict[str, Any]] = []
+        self.utility = FakeOpenAIUtility()
 
     async def create_completion(
-        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
-    ) -> dict[str, Any] | AsyncIterator[str]:
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
         request = read(CompletionBody, body)
-        return await self._serve(request, request.prompt, "text_completion", guard, adapter, headers)
+        return await self._serve(
+            request, request.prompt, "text_completion", guard, adapter, headers
+        )
 
     async def create_chat_completion(
-        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
-    ) -> dict[str, Any] | AsyncIterator[str]:
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
         request = read(ChatBody, body)
         prompt = " ".join(message.content for message in request.messages)
         return await self._serve(request, prompt, "chat.completion", guard, adapter, headers)
 
     async def _serve(
-        self, request: Body, prompt: str, kind: str, guard: RequestGuard, adapter: str | None, headers: Mapping[str, str]
-    ) -> dict[str, Any] | AsyncIterator[str]:
-        self.calls.append({"body": request, "adapter": adapter, "request_id": guard.request_id, "headers": dict(headers)})
-        guard.check_limits(request.n, request.max_tokens if "max_tokens" in request.model_fields_set else None)
+        self,
+        request: Body,
+        prompt: str,
+        kind: str,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        self.calls.append(
+            {
+                "body": request,
+                "adapter": adapter,
+                "request_id": guard.request_id,
+                "headers": dict(headers),
+            }
+        )
+        guard.check_limits(
+            request.n, request.max_tokens if "max_tokens" in request.model_fields_set else None
+        )
         sampling = {"max_tokens": request.max_tokens, "n": request.n, "stop": request.stop}
         generation = GenerationRequest(guard.request_id, prompt, sampling, stream=request.stream)
         chunks = guard.stream(self.engine.generate(generation), counts)
         name = adapter or request.model or "fake"
         if request.stream:
-            return frames(chunks, kind, name, bool((request.stream_options or {}).get("include_usage")))
+            return frames(
+                chunks, kind, name, bool((request.stream_options or {}).get("include_usage"))
+            )
         merged = merge_chunks([chunk async for chunk in chunks], request.n)
         return response(merged, kind, name)
 
@@ -88,25 +118,45 @@ def counts(chunk: GenerationChunk) -> tuple[int, int]:
     return chunk.num_prompt_tokens, sum(c.num_tokens for c in chunk.completions)
 
 
-def choice(kind: str, index: int, text: str, finish_reason: str | None, delta: bool) -> dict[str, Any]:
+def choice(
+    kind: str, index: int, text: str, finish_reason: str | None, delta: bool
+) -> dict[str, Any]:
     if kind == "text_completion":
         return {"index": index, "text": text, "finish_reason": finish_reason}
     key = "delta" if delta else "message"
-    return {"index": index, key: {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+    return {
+        "index": index,
+        key: {"role": "assistant", "content": text},
+        "finish_reason": finish_reason,
+    }
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def response(chunk: GenerationChunk, kind: str, name: str) -> dict[str, Any]:
-    choices = [choice(kind, c.index, c.text, c.finish_reason, delta=False) for c in chunk.completions]
+    choices = [
+        choice(kind, c.index, c.text, c.finish_reason, delta=False) for c in chunk.completions
+    ]
     generated = sum(c.num_tokens for c in chunk.completions)
-    return {"id": "fake-1", "object": kind, "created": 0, "model": name, "choices": choices,
-            "usage": usage(chunk.num_prompt_tokens, generated)}
+    return {
+        "id": "fake-1",
+        "object": kind,
+        "created": 0,
+        "model": name,
+        "choices": choices,
+        "usage": usage(chunk.num_prompt_tokens, generated),
+    }
 
 
-async def frames(chunks: AsyncIterator[GenerationChunk], kind: str, name: str, include_usage: bool) -> AsyncIterator[str]:
+async def frames(
+    chunks: AsyncIterator[GenerationChunk], kind: str, name: str, include_usage: bool
+) -> AsyncGenerator[str, None]:
     """vLLM's framing: a chunk per step; a stream the core ended stops without an error
     (the frontend reports it); the usage chunk; `[DONE]`."""
     prompt_tokens = generated = 0
@@ -114,10 +164,62 @@ async def frames(chunks: AsyncIterator[GenerationChunk], kind: str, name: str, i
         async for chunk in chunks:
             prompt_tokens = chunk.num_prompt_tokens or prompt_tokens
             generated += sum(c.num_tokens for c in chunk.completions)
-            choices = [choice(kind, c.index, c.text, c.finish_reason, delta=True) for c in chunk.completions]
-            yield f"data: {json.dumps({'id': 'fake-1', 'object': kind + '.chunk', 'model': name, 'choices': choices})}\n\n"
+            choices = [
+                choice(kind, c.index, c.text, c.finish_reason, delta=True)
+                for c in chunk.completions
+            ]
+            event = {"id": "fake-1", "object": kind + ".chunk", "model": name, "choices": choices}
+            yield f"data: {json.dumps(event)}\n\n"
     except ServerError:
         pass
     if include_usage:
-        yield f"data: {json.dumps({'id': 'fake-1', 'choices': [], 'usage': usage(prompt_tokens, generated)})}\n\n"
+        last = {"id": "fake-1", "choices": [], "usage": usage(prompt_tokens, generated)}
+        yield f"data: {json.dumps(last)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+class FakeOpenAIUtility:
+    """`OpenAIUtility` double: one token per character (its code point), adapters by name."""
+
+    def __init__(self) -> None:
+        self.lora_enabled = True
+        self.adapters: dict[str, str] = {}
+        self.calls: list[tuple[str, dict[str, Any], str | None]] = []
+
+    @property
+    def runtime_adapters(self) -> list[str]:
+        return sorted(self.adapters)
+
+    async def tokenize(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
+        self.calls.append(("tokenize", body, adapter))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise InvalidRequestError("prompt: Field required", param="prompt")
+        tokens = [ord(char) for char in prompt]
+        strs = list(prompt) if body.get("return_token_strs") else None
+        return {"count": len(tokens), "max_model_len": 2048, "tokens": tokens, "token_strs": strs}
+
+    async def detokenize(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
+        self.calls.append(("detokenize", body, adapter))
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(token, int) for token in tokens):
+            raise InvalidRequestError(
+                "tokens: Input should be a valid list of integers", param="tokens"
+            )
+        return {"prompt": "".join(chr(token) for token in tokens)}
+
+    async def load_lora_adapter(self, body: dict[str, Any]) -> str:
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            raise InvalidRequestError("Both 'lora_name' and 'lora_path' must be provided.")
+        self.adapters[name] = path
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    async def unload_lora_adapter(self, body: dict[str, Any]) -> str:
+        name = body.get("lora_name")
+        if name not in self.adapters:
+            raise ModelNotFoundError(
+                f"The lora adapter '{name}' cannot be found.", param="lora_name"
+            )
+        del self.adapters[name]
+        return f"Success: LoRA adapter '{name}' removed successfully."

@@ -42,7 +42,9 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium package")
     executable = chromium_within_address_space_limit(tmp_path_factory.mktemp("chromium"))
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
         try:
             yield browser
         finally:
@@ -96,7 +98,9 @@ def page(browser: Browser, server: RunningServer) -> Iterator[Page]:
 
 def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
     """A fresh page that may only reach the server: a request elsewhere (a CDN) fails the test."""
-    context: BrowserContext = browser.new_context(base_url=base_url, viewport={"width": 1100, "height": 900})
+    context: BrowserContext = browser.new_context(
+        base_url=base_url, viewport={"width": 1100, "height": 900}
+    )
     outside: list[str] = []
 
     def only_the_server(route) -> None:
@@ -119,7 +123,9 @@ def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
     assert not errors, f"JavaScript errors: {errors}"
 
 
-def start_generation(page: Page, prompt: str, max_tokens: int, temperature: float, extra: str = "") -> None:
+def start_generation(
+    page: Page, prompt: str, max_tokens: int, temperature: float, extra: str = ""
+) -> None:
     page.goto("/")
     expect(page.locator("#model option")).to_have_count(1)
     expect(page.locator("#model")).to_have_value('["smollm2","1"]')
@@ -134,7 +140,9 @@ def start_generation(page: Page, prompt: str, max_tokens: int, temperature: floa
 def test_playground_streams_a_real_answer(page: Page, http: httpx.Client) -> None:
     prompt = "Name three colours of the rainbow."
     start_generation(page, prompt, max_tokens=32, temperature=0)
-    expect(page.locator("#status")).to_have_attribute("data-state", "done", timeout=STREAM_TIMEOUT_MS)
+    expect(page.locator("#status")).to_have_attribute(
+        "data-state", "done", timeout=STREAM_TIMEOUT_MS
+    )
     expect(page.locator("#error")).to_be_hidden()
 
     streamed = page.locator("#output").text_content()
@@ -154,10 +162,20 @@ def test_playground_streams_a_real_answer(page: Page, http: httpx.Client) -> Non
     page.screenshot(path=ARTIFACTS / "playground.png")
 
 
-def test_stop_closes_the_stream_and_aborts_the_engine_request(page: Page, http: httpx.Client) -> None:
+def test_stop_closes_the_stream_and_aborts_the_engine_request(
+    page: Page, http: httpx.Client
+) -> None:
     before = scrape(http).get("vllm:generation_tokens_total", 0.0)
-    start_generation(page, "Tell me a very long story about the sea.", max_tokens=1000, temperature=0.7, extra="ignore_eos=true")
-    page.wait_for_function("Number(document.getElementById('tokens').textContent) >= 3", timeout=STREAM_TIMEOUT_MS)
+    start_generation(
+        page,
+        "Tell me a very long story about the sea.",
+        max_tokens=1000,
+        temperature=0.7,
+        extra="ignore_eos=true",
+    )
+    page.wait_for_function(
+        "Number(document.getElementById('tokens').textContent) >= 3", timeout=STREAM_TIMEOUT_MS
+    )
     page.click("#stop")
     expect(page.locator("#status")).to_have_attribute("data-state", "stopped")
     expect(page.locator("#stop")).to_be_disabled()
@@ -188,14 +206,18 @@ def test_docs_try_it_out_on_generate_answers_200(page: Page) -> None:
     operation.get_by_role("button", name="Execute").click()
     status = operation.locator(".live-responses-table .response .response-col_status").first
     expect(status).to_have_text("200", timeout=STREAM_TIMEOUT_MS)
-    expect(operation.locator(".live-responses-table .microlight").first).to_contain_text("text_output")
+    expect(operation.locator(".live-responses-table .microlight").first).to_contain_text(
+        "text_output"
+    )
     status.scroll_into_view_if_needed()
     page.screenshot(path=ARTIFACTS / "docs-try-it-out.png")
 
 
 def test_redoc_renders_offline(page: Page) -> None:
     page.goto("/redoc")
-    heading = page.get_by_role("heading", name=re.compile("as Server-Sent Events, for a browser EventSource"))
+    heading = page.get_by_role(
+        "heading", name=re.compile("as Server-Sent Events, for a browser EventSource")
+    )
     expect(heading.first).to_be_visible()
     page.screenshot(path=ARTIFACTS / "redoc.png")
 

@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from app.engine.cpu_defaults import CpuHost
 from tests.support.sse import stream_events
 
 GENERATE = "/v2/models/smollm2/generate"
@@ -17,24 +18,45 @@ PROMPT = "What is Triton Inference Server?"
 
 
 def test_readme_curl_answers_in_english_after_the_prompt(http: httpx.Client) -> None:
-    response = http.post(GENERATE, json={"text_input": PROMPT, "parameters": {"stream": False, "temperature": 0}})
+    response = http.post(
+        GENERATE, json={"text_input": PROMPT, "parameters": {"stream": False, "temperature": 0}}
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["model_name"] == "smollm2" and body["model_version"] == "1"
     text = body["text_output"]
     assert text.startswith(PROMPT)
-    continuation = text[len(PROMPT):]
+    continuation = text[len(PROMPT) :]
     assert len(re.findall(r"[A-Za-z]{2,}", continuation)) >= 5, continuation
 
 
+def test_the_config_shows_the_dtype_chosen_for_this_cpu(http: httpx.Client) -> None:
+    """model.json does not pin dtype: bfloat16 (the model's) only on a CPU that computes it
+    natively, else float32, with the reason in the model's config."""
+    config = http.get("/v2/models/smollm2/config").json()
+    note = config["parameters"]["engine_dtype"]["string_value"]
+    expected = "auto: this CPU computes bfloat16" if CpuHost.this().native_bf16 else "float32: "
+    assert note.startswith(expected), note
+
+
 def test_temperature_zero_is_deterministic(http: httpx.Client) -> None:
-    body = {"text_input": "Write a haiku about rivers.", "parameters": {"temperature": 0, "max_tokens": 24}}
+    body = {
+        "text_input": "Write a haiku about rivers.",
+        "parameters": {"temperature": 0, "max_tokens": 24},
+    }
     first, second = (http.post(GENERATE, json=body).json()["text_output"] for _ in range(2))
     assert first == second
 
 
 def test_stream_sends_several_events_as_tokens_arrive(http: httpx.Client) -> None:
-    events = stream_events(http, STREAM, {"text_input": "Tell me about the sea.", "parameters": {"max_tokens": 32, "ignore_eos": True}})
+    events = stream_events(
+        http,
+        STREAM,
+        {
+            "text_input": "Tell me about the sea.",
+            "parameters": {"max_tokens": 32, "ignore_eos": True},
+        },
+    )
     assert len(events) >= 8
     assert events[-1][0] - events[0][0] > 0.05, "events arrived together, not as generated"
 
@@ -54,7 +76,9 @@ def test_a_stream_starts_while_the_engine_prefills(http: httpx.Client) -> None:
 
 def test_stream_deltas_concatenate_to_the_non_stream_text(http: httpx.Client) -> None:
     params = {"temperature": 0, "max_tokens": 40}
-    whole = http.post(GENERATE, json={"text_input": PROMPT, "exclude_input_in_output": True, "parameters": params}).json()
+    whole = http.post(
+        GENERATE, json={"text_input": PROMPT, "exclude_input_in_output": True, "parameters": params}
+    ).json()
     events = stream_events(http, STREAM, {"text_input": PROMPT, "parameters": params})
     assert "".join(e["text_output"] for _, e in events) == whole["text_output"]
     assert all("error" not in e for _, e in events)
@@ -91,7 +115,10 @@ def test_max_tokens_and_every_additional_output(http: httpx.Client) -> None:
 
 
 def test_cumulative_logprob_without_sampling_logprobs(http: httpx.Client) -> None:
-    result = http.post(GENERATE, json={"text_input": PROMPT, "return_cumulative_logprob": True, "return_logprobs": True}).json()
+    result = http.post(
+        GENERATE,
+        json={"text_input": PROMPT, "return_cumulative_logprob": True, "return_logprobs": True},
+    ).json()
     assert isinstance(result["cumulative_logprob"], float) and result["cumulative_logprob"] < 0
     assert result["logprobs"] == "null"
 
@@ -104,7 +131,9 @@ def test_n_two_returns_two_completions(http: httpx.Client) -> None:
         "return_finish_reason": True,
     }
     result = http.post(GENERATE, json=body).json()
-    assert len(result["text_output"]) == 2 and all(t.startswith(PROMPT) for t in result["text_output"])
+    assert len(result["text_output"]) == 2 and all(
+        t.startswith(PROMPT) for t in result["text_output"]
+    )
     assert result["num_output_tokens"] == [8, 8] and result["finish_reason"] == ["length", "length"]
     events = [e for _, e in stream_events(http, STREAM, body)]
     assert all(len(e["text_output"]) == 2 for e in events)
@@ -113,13 +142,19 @@ def test_n_two_returns_two_completions(http: httpx.Client) -> None:
 
 def test_stop_string_ends_the_output(http: httpx.Client) -> None:
     params = {"temperature": 0, "max_tokens": 40}
-    free = http.post(GENERATE, json={"text_input": PROMPT, "exclude_input_in_output": True, "parameters": params}).json()
+    free = http.post(
+        GENERATE, json={"text_input": PROMPT, "exclude_input_in_output": True, "parameters": params}
+    ).json()
     words = re.findall(r"[A-Za-z]{4,}", free["text_output"])
     stop_word = words[len(words) // 2]
     stopped = http.post(
         GENERATE,
-        json={"text_input": PROMPT, "exclude_input_in_output": True, "return_finish_reason": True,
-              "parameters": {**params, "stop": [stop_word]}},
+        json={
+            "text_input": PROMPT,
+            "exclude_input_in_output": True,
+            "return_finish_reason": True,
+            "parameters": {**params, "stop": [stop_word]},
+        },
     ).json()
     assert stopped["finish_reason"] == "stop"
     assert stop_word not in stopped["text_output"]
@@ -136,17 +171,35 @@ def test_stop_string_ends_the_output(http: httpx.Client) -> None:
         (GENERATE, {"parameters": {}}, "text_input: Field required"),
         (STREAM, {"text_input": "x", "parameters": {"n": 2, "temperature": 0}}, "n must be 1"),
         (GENERATE, {"text_input": "x", "parameters": {"max_tokens": -3}}, "parameters.max_tokens"),
-        (GENERATE, {"text_input": "x", "parameters": {"lora_name": "x"}}, "LoRA feature is not enabled."),
+        (
+            GENERATE,
+            {"text_input": "x", "parameters": {"lora_name": "x"}},
+            "LoRA feature is not enabled.",
+        ),
         (GENERATE, {"text_input": "x", "image": ["aGVsbG8="]}, "takes no images"),
-        (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": "5"}}, "parameters.allowed_token_ids"),
+        (
+            GENERATE,
+            {"text_input": "x", "parameters": {"allowed_token_ids": "5"}},
+            "parameters.allowed_token_ids",
+        ),
         (STREAM, {"text_input": "x", "parameters": {"logit_bias": "xyz"}}, "parameters.logit_bias"),
-        (GENERATE, {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}}, "allowed_token_ids"),
-        (STREAM, {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}}, "allowed_token_ids"),
+        (
+            GENERATE,
+            {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}},
+            "allowed_token_ids",
+        ),
+        (
+            STREAM,
+            {"text_input": "x", "parameters": {"allowed_token_ids": [10**9]}},
+            "allowed_token_ids",
+        ),
         (GENERATE, {"text_input": "x", "parameters": {"logprobs": 10**8}}, "logprobs"),
         (STREAM, {"text_input": "x", "parameters": {"logprobs": 10**8}}, "logprobs"),
     ],
 )
-def test_bad_input_gets_400_naming_the_problem(http: httpx.Client, route: str, body: dict, message: str) -> None:
+def test_bad_input_gets_400_naming_the_problem(
+    http: httpx.Client, route: str, body: dict, message: str
+) -> None:
     response = http.post(route, json=body)
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/json"
@@ -157,9 +210,14 @@ def test_invalid_json_and_unknown_model(http: httpx.Client) -> None:
     response = http.post(GENERATE, content=b"{not json")
     assert response.status_code == 400 and response.json()["error"].startswith("body: Invalid JSON")
     response = http.post("/v2/models/nope/generate", json={"text_input": "x"})
-    assert response.status_code == 404 and response.json() == {"error": "Request for unknown model: 'nope' is not found"}
+    assert response.status_code == 404 and response.json() == {
+        "error": "Request for unknown model: 'nope' is not found"
+    }
 
 
 def test_server_still_healthy_after_bad_requests(http: httpx.Client) -> None:
     assert http.get("/v2/health/ready").status_code == 200
-    assert http.post(GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 2}}).status_code == 200
+    assert (
+        http.post(GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 2}}).status_code
+        == 200
+    )

@@ -1,4 +1,5 @@
-"""vllm: metrics fed by the real engine, and a dead engine turning its model unready."""
+"""vllm: metrics fed by the real engine, vLLM's /health and /ping on it, and a dead engine
+turning its model unready."""
 
 from __future__ import annotations
 
@@ -21,13 +22,16 @@ LABELS = {"model": "smollm2", "version": "1"}
 
 
 def scrape(http: httpx.Client, url: str = "/metrics") -> dict[str, float]:
-    """Sample name -> value for the smollm2 series (histogram buckets keyed with their `le`)."""
+    """Sample name -> value for the smollm2 series (histogram buckets keyed with their `le`):
+    the model's, and its engine's (`vllm:`, of its only instance, "0")."""
     values = {}
     for family in text_string_to_metric_families(http.get(url).text):
         for sample in family.samples:
             labels = dict(sample.labels)
             le = labels.pop("le", None)
-            if labels == LABELS:
+            instance = labels.pop("instance", None)
+            engine = sample.name.startswith("vllm:")
+            if labels == LABELS and (instance == "0" if engine else instance is None):
                 values[sample.name + (f"[{le}]" if le else "")] = sample.value
     return values
 
@@ -35,8 +39,22 @@ def scrape(http: httpx.Client, url: str = "/metrics") -> dict[str, float]:
 def test_vllm_metrics_count_what_requests_used(http: httpx.Client) -> None:
     before = scrape(http)
     outputs = {"return_num_input_tokens": True, "return_num_output_tokens": True}
-    first = http.post(GENERATE, json={"text_input": "Count to three.", "parameters": {"max_tokens": 6, "ignore_eos": True}, **outputs}).json()
-    second = http.post(GENERATE, json={"text_input": "Name a fruit.", "parameters": {"max_tokens": 4, "ignore_eos": True, "n": 2, "temperature": 1}, **outputs}).json()
+    first = http.post(
+        GENERATE,
+        json={
+            "text_input": "Count to three.",
+            "parameters": {"max_tokens": 6, "ignore_eos": True},
+            **outputs,
+        },
+    ).json()
+    second = http.post(
+        GENERATE,
+        json={
+            "text_input": "Name a fruit.",
+            "parameters": {"max_tokens": 4, "ignore_eos": True, "n": 2, "temperature": 1},
+            **outputs,
+        },
+    ).json()
     time.sleep(0.5)
     after = scrape(http)
 
@@ -57,8 +75,13 @@ def test_vllm_metrics_count_what_requests_used(http: httpx.Client) -> None:
     assert delta("vllm:e2e_request_latency_seconds_bucket[+Inf]") == 3
     assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
     assert 0 <= after["vllm:gpu_cache_usage_perc"] <= 1
-    assert "vllm:request_prompt_tokens_bucket[2000.0]" in after  # 1-2-5 buckets up to max_model_len 2048
+    assert (
+        "vllm:request_prompt_tokens_bucket[2000.0]" in after
+    )  # 1-2-5 buckets up to max_model_len 2048
     assert "vllm:time_to_first_token_seconds_bucket[0.001]" in after  # the backend's buckets
+    text = http.get("/metrics").text  # the engine's series: per instance, "0" for the only one
+    assert 'vllm:generation_tokens_total{instance="0",model="smollm2",version="1"}' in text
+    assert 'vllm:prefix_cache_queries_total{instance="0",model="smollm2",version="1"}' in text
 
 
 def test_http_metrics_on_the_main_port(http: httpx.Client) -> None:
@@ -68,26 +91,45 @@ def test_http_metrics_on_the_main_port(http: httpx.Client) -> None:
     assert "not-a-model-xyz" not in text
 
 
+def test_vllms_health_and_ping_answer_as_vllm_serve_does(http: httpx.Client) -> None:
+    """GET /health, GET and POST /ping: 200 with an empty body while the engine serves; /health
+    takes no POST (vLLM's routes)."""
+    for method, path in (("GET", "/health"), ("GET", "/ping"), ("POST", "/ping")):
+        response = http.request(method, path)
+        assert (response.status_code, response.content) == (200, b""), (method, path)
+    assert http.post("/health").status_code == 405
+
+
 @pytest.fixture(scope="module")
 def doomed() -> Iterator[tuple[RunningServer, int]]:
-    """A server of its own, whose engine the test kills; metrics also on a separate port."""
+    """A server of its own, whose engine the test kills; metrics also on a separate port. Its
+    requests do not wait for a new engine (they would resume there: test_migration_real_engine)."""
     metrics_port = free_port()
-    server = start_server(name="doomed", env={"METRICS_PORT": str(metrics_port), "CPU_KVCACHE_SPACE_GIB": "1"})
+    env = {
+        "METRICS_PORT": str(metrics_port),
+        "CPU_KVCACHE_SPACE_GIB": "1",
+        "ENGINE_MIGRATE_REQUESTS": "false",
+    }
+    server = start_server(name="doomed", env=env)
     yield server, metrics_port
-    code, alive = server.stop(signal.SIGTERM)
+    _code, alive = server.stop(signal.SIGTERM)
     for process in alive:
         process.kill()
     assert not alive
 
 
 def engine_core(server: RunningServer) -> psutil.Process:
-    return next(p for p in psutil.Process(server.process.pid).children() if "EngineCore" in p.name())
+    return next(
+        p for p in psutil.Process(server.process.pid).children() if "EngineCore" in p.name()
+    )
 
 
 def test_separate_metrics_port(doomed: tuple[RunningServer, int]) -> None:
     server, metrics_port = doomed
     with httpx.Client(timeout=30) as client:
-        client.post(server.base_url + GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 2}})
+        client.post(
+            server.base_url + GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 2}}
+        )
         values = scrape(client, f"http://127.0.0.1:{metrics_port}/metrics")
     assert values["vllm:generation_tokens_total"] >= 2
 
@@ -98,11 +140,16 @@ def test_killed_engine_makes_the_model_unready_fast(doomed: tuple[RunningServer,
     stream_events: list[dict] = []
 
     def long_stream() -> None:
-        body = {"text_input": "Tell a long story.", "parameters": {"max_tokens": 1500, "ignore_eos": True}}
-        with httpx.stream("POST", url + "/v2/models/smollm2/generate_stream", json=body, timeout=60) as response:
+        body = {
+            "text_input": "Tell a long story.",
+            "parameters": {"max_tokens": 1500, "ignore_eos": True},
+        }
+        with httpx.stream(
+            "POST", url + "/v2/models/smollm2/generate_stream", json=body, timeout=60
+        ) as response:
             for line in response.iter_lines():
-                if line.startswith("data: "):
-                    stream_events.append(json.loads(line.removeprefix("data: ")))
+                if line.startswith("data: "):  # each event seen by the test as it arrives
+                    stream_events.append(json.loads(line.removeprefix("data: ")))  # noqa: PERF401
 
     reader = threading.Thread(target=long_stream)
     reader.start()

@@ -33,7 +33,11 @@ from tests.support.waiting import wait_for
 DEFAULT_MODEL = PROJECT_ROOT / "configs" / "model_repository" / "smollm2"
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
-PROMPTS = ["What is the capital of France?", "Write a haiku about rivers.", "What is Triton Inference Server?"]
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about rivers.",
+    "What is Triton Inference Server?",
+]
 GREEDY = {"temperature": 0, "max_tokens": 32}
 UNREADY_WITHIN_S = 60
 GCS_NODE_DEATH_S = 90
@@ -68,7 +72,9 @@ def ray_cluster() -> Iterator[LocalRayCluster]:
 
 
 @pytest.fixture(scope="module")
-def ray_server(ray_cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def ray_server(
+    ray_cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
     """The server with the pipeline-parallel model, joined to the local Ray cluster."""
     repository = tmp_path_factory.mktemp("ray-repository")
     write_ray_repository(repository)
@@ -101,14 +107,18 @@ def texts(client: httpx.Client, prompt: str) -> tuple[str, str]:
     return whole.json()["text_output"], "".join(event["text_output"] for _, event in events)
 
 
-def test_each_node_runs_one_pipeline_stage(ray_cluster: LocalRayCluster, ray_server: RunningServer) -> None:
+def test_each_node_runs_one_pipeline_stage(
+    ray_cluster: LocalRayCluster, ray_server: RunningServer
+) -> None:
     for node in ray_cluster.nodes:
         actors = [name for name in node.actor_names() if RAY_WORKER_ACTOR in name]
         assert len(actors) == 1, f"{node.name}: {node.actor_names()}"
     assert "pipeline_parallel_size=2" in ray_server.log_path.read_text(errors="replace")
 
 
-def test_pipeline_parallel_on_ray_answers_as_the_single_process_engine(ray_http: httpx.Client, http: httpx.Client) -> None:
+def test_pipeline_parallel_on_ray_answers_as_the_single_process_engine(
+    ray_http: httpx.Client, http: httpx.Client
+) -> None:
     for prompt in PROMPTS:
         expected, expected_stream = texts(http, prompt)
         assert expected and expected == expected_stream
@@ -123,7 +133,9 @@ def test_a_lost_worker_node_makes_the_model_unready(
     worker.kill()
     lost = time.monotonic()
     while ray_http.get("/v2/models/smollm2/ready").status_code == 200:
-        assert time.monotonic() - lost < UNREADY_WITHIN_S, "the model stayed ready without its worker node"
+        assert time.monotonic() - lost < UNREADY_WITHIN_S, (
+            "the model stayed ready without its worker node"
+        )
         time.sleep(0.2)
     print(f"model unready {time.monotonic() - lost:.1f} s after the worker node was killed")
     assert ray_http.get("/v2/health/ready").status_code == 503
@@ -134,13 +146,24 @@ def test_a_lost_worker_node_makes_the_model_unready(
 
 
 def test_the_engine_comes_back_when_the_group_is_whole_again(
-    ray_cluster: LocalRayCluster, ray_server: RunningServer, ray_http: httpx.Client, http: httpx.Client
+    ray_cluster: LocalRayCluster,
+    ray_server: RunningServer,
+    ray_http: httpx.Client,
+    http: httpx.Client,
 ) -> None:
     """Supervision replaces the failed engine once a node rejoins: ready, with the same text."""
-    assert wait_for(lambda: GROUP_LOST in ray_server.log_path.read_text(errors="replace"), GCS_NODE_DEATH_S, 0.5)
+    assert wait_for(
+        lambda: GROUP_LOST in ray_server.log_path.read_text(errors="replace"), GCS_NODE_DEATH_S, 0.5
+    )
     ray_cluster.add_worker()
-    assert wait_for(lambda: ray_server.log_path.read_text(errors="replace").count(GROUP_WHOLE) == 2, REJOIN_S, 0.5)
-    assert wait_for(lambda: ray_http.get("/v2/models/smollm2/ready").status_code == 200, RESTART_S, 1)
+    assert wait_for(
+        lambda: ray_server.log_path.read_text(errors="replace").count(GROUP_WHOLE) == 2,
+        REJOIN_S,
+        0.5,
+    )
+    assert wait_for(
+        lambda: ray_http.get("/v2/models/smollm2/ready").status_code == 200, RESTART_S, 1
+    )
     expected, _ = texts(http, PROMPTS[0])
     assert texts(ray_http, PROMPTS[0]) == (expected, expected)
     metrics = ray_http.get("/metrics").text

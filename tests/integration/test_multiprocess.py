@@ -15,18 +15,26 @@ import psutil
 import pytest
 
 from tests.integration.test_metrics_and_health import scrape
-from tests.support.servers import RunningServer, start_server
+from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
 from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
-GREEDY = {"text_input": "What is Triton Inference Server?", "parameters": {"temperature": 0, "max_tokens": 16}}
+GREEDY = {
+    "text_input": "What is Triton Inference Server?",
+    "parameters": {"temperature": 0, "max_tokens": 16},
+}
 PROCESS_HEADER = "x-frontend-process"
 
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[RunningServer]:
-    env = {"FRONTEND_PROCESSES": "2", "CPU_KVCACHE_SPACE_GIB": "1", "DRAIN_TIMEOUT_SECONDS": "20"}
+    env = {
+        "FRONTEND_PROCESSES": "2",
+        "CPU_KVCACHE_SPACE_GIB": "1",
+        "DRAIN_TIMEOUT_SECONDS": "20",
+        **EXPLICIT_CONTROL_ENV,
+    }
     server = start_server(name="frontends", env=env)
     yield server
     if server.process.poll() is None:
@@ -67,7 +75,9 @@ def test_two_frontend_processes_share_one_engine_core(group: RunningServer) -> N
         assert not [p for p in frontend.children(recursive=True) if "EngineCore" in p.name()]
 
 
-def test_both_processes_answer_the_single_process_text(group: RunningServer, http: httpx.Client) -> None:
+def test_both_processes_answer_the_single_process_text(
+    group: RunningServer, http: httpx.Client
+) -> None:
     expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
     seen: set[str] = set()
     for _ in range(10):
@@ -91,34 +101,76 @@ def listening_sockets(port: int) -> list[str]:
     return found
 
 
-def test_each_process_listens_on_its_own_socket_and_a_burst_of_connections_spreads(group: RunningServer) -> None:
+def test_each_process_listens_on_its_own_socket_and_a_burst_of_connections_spreads(
+    group: RunningServer,
+) -> None:
     """SO_REUSEPORT: the kernel spreads new connections over the processes' own sockets (on
     one shared socket, whichever process wakes first accepts a burst: 20/44 splits seen)."""
     port = int(group.base_url.rsplit(":", 1)[1])
     sockets = listening_sockets(port)
     assert len(sockets) == 2 and len(set(sockets)) == 2, sockets
     for _ in range(3):
-        responses = concurrently(64, lambda: httpx.get(group.base_url + "/v2/health/live", timeout=30))
+        responses = concurrently(
+            64, lambda: httpx.get(group.base_url + "/v2/health/live", timeout=30)
+        )
         shares = [r.headers[PROCESS_HEADER] for r in responses].count("0")
         assert 16 <= shares <= 48, shares
 
 
-def test_metrics_count_the_requests_of_every_process(group: RunningServer, group_http: httpx.Client) -> None:
+def test_metrics_count_the_requests_of_every_process(
+    group: RunningServer, group_http: httpx.Client
+) -> None:
     before = scrape(group_http)
     responses = concurrently(12, lambda: post(group.base_url, GENERATE, GREEDY))
     assert [r.status_code for r in responses] == [200] * 12
     after = scrape(group_http)
-    assert after["nv_inference_request_success_total"] - before.get("nv_inference_request_success_total", 0) == 12
-    generated = after["vllm:generation_tokens_total"] - before.get("vllm:generation_tokens_total", 0)
+    assert (
+        after["nv_inference_request_success_total"]
+        - before.get("nv_inference_request_success_total", 0)
+        == 12
+    )
+    generated = after["vllm:generation_tokens_total"] - before.get(
+        "vllm:generation_tokens_total", 0
+    )
     assert generated == 12 * GREEDY["parameters"]["max_tokens"]
     assert after["server_requests_in_flight"] == 0
 
 
-def test_closed_streams_leave_no_engine_work(group: RunningServer, group_http: httpx.Client) -> None:
-    body = {"text_input": "Tell me a long story.", "parameters": {"max_tokens": 400, "ignore_eos": True}}
+def test_the_metrics_port_serves_every_process(
+    group: RunningServer, group_http: httpx.Client
+) -> None:
+    """Triton's metrics port, served by the supervising process, merges the same series."""
+    assert concurrently(4, lambda: post(group.base_url, GENERATE, GREEDY))
+    on_port = scrape(group_http, f"{group.metrics_url}/metrics")
+    assert (
+        on_port["nv_inference_request_success_total"]
+        == scrape(group_http)["nv_inference_request_success_total"]
+    )
+    assert on_port["nv_inference_pending_request_count"] == 0
+
+
+def test_a_trace_setting_changed_in_one_process_is_every_processs(group: RunningServer) -> None:
+    changed = httpx.post(f"{group.base_url}/v2/trace/setting", json={"trace_rate": "9"}, timeout=30)
+    assert changed.status_code == 200 and changed.json()["trace_rate"] == "9"
+    readings = concurrently(16, lambda: httpx.get(f"{group.base_url}/v2/trace/setting", timeout=30))
+    assert {r.headers[PROCESS_HEADER] for r in readings} == {"0", "1"}
+    assert {r.json()["trace_rate"] for r in readings} == {"9"}
+    httpx.post(f"{group.base_url}/v2/trace/setting", json={"trace_rate": None}, timeout=30)
+
+
+def test_closed_streams_leave_no_engine_work(
+    group: RunningServer, group_http: httpx.Client
+) -> None:
+    body = {
+        "text_input": "Tell me a long story.",
+        "parameters": {"max_tokens": 400, "ignore_eos": True},
+    }
 
     def open_and_close() -> httpx.Response:
-        with httpx.Client(base_url=group.base_url, timeout=120) as client, client.stream("POST", STREAM, json=body) as response:
+        with (
+            httpx.Client(base_url=group.base_url, timeout=120) as client,
+            client.stream("POST", STREAM, json=body) as response,
+        ):
             next(response.iter_lines())
             return response
 
@@ -128,7 +180,9 @@ def test_closed_streams_leave_no_engine_work(group: RunningServer, group_http: h
     assert scrape(group_http)["server_requests_in_flight"] == 0
 
 
-def test_unload_and_load_apply_to_every_process(group: RunningServer, group_http: httpx.Client) -> None:
+def test_unload_and_load_apply_to_every_process(
+    group: RunningServer, group_http: httpx.Client
+) -> None:
     assert group_http.post("/v2/repository/models/smollm2/unload").status_code == 200
     statuses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
     assert {r.status_code for r in statuses} == {404}
@@ -140,9 +194,32 @@ def test_unload_and_load_apply_to_every_process(group: RunningServer, group_http
     assert len(cores) == 1
 
 
+def test_a_log_setting_applies_in_every_process(
+    group: RunningServer, group_http: httpx.Client
+) -> None:
+    """Triton's logging extension, answered by one process, changes the others' logs too."""
+    assert group_http.post("/v2/logging", json={"log_info": False}).json()["log_info"] is False
+    try:
+        seen: dict[str, bool] = {}
+        for _ in range(10):
+            for answer in concurrently(
+                8, lambda: httpx.get(group.base_url + "/v2/logging", timeout=30)
+            ):
+                seen[answer.headers[PROCESS_HEADER]] = answer.json()["log_info"]
+            if len(seen) == 2:
+                break
+        assert seen == {"0": False, "1": False}
+    finally:
+        group_http.post("/v2/logging", json={"log_info": True})
+
+
 def frontend_processes(group: RunningServer) -> list[psutil.Process]:
     """The live frontend processes (a killed one is a zombie until the supervisor reaps it)."""
-    return [p for p in psutil.Process(group.process.pid).children() if "spawn_main" in " ".join(command_line(p))]
+    return [
+        p
+        for p in psutil.Process(group.process.pid).children()
+        if "spawn_main" in " ".join(command_line(p))
+    ]
 
 
 def command_line(process: psutil.Process) -> list[str]:
@@ -152,15 +229,28 @@ def command_line(process: psutil.Process) -> list[str]:
         return []
 
 
-def test_a_killed_frontend_process_is_started_again(group: RunningServer, http: httpx.Client) -> None:
+def test_a_killed_frontend_process_is_started_again(
+    group: RunningServer, http: httpx.Client
+) -> None:
     expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
     killed = frontend_processes(group)[0]
     killed.kill()
-    assert wait_for(lambda: len(frontend_processes(group)) == 2 and killed.pid not in {p.pid for p in frontend_processes(group)}, 60, 0.5)
+    assert wait_for(
+        lambda: (
+            len(frontend_processes(group)) == 2
+            and killed.pid not in {p.pid for p in frontend_processes(group)}
+        ),
+        60,
+        0.5,
+    )
 
     def both_serve() -> bool:
         responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
-        served = {r.headers.get(PROCESS_HEADER) for r in responses if r.status_code == 200 and r.json()["text_output"] == expected}
+        served = {
+            r.headers.get(PROCESS_HEADER)
+            for r in responses
+            if r.status_code == 200 and r.json()["text_output"] == expected
+        }
         return served == {"0", "1"}
 
     assert wait_for(both_serve, 300, 2), group.log_tail()
@@ -177,8 +267,13 @@ def test_sigterm_drains_every_process(group: RunningServer) -> None:
     events: list[list[dict]] = []
 
     def stream() -> None:
-        with httpx.Client(base_url=group.base_url, timeout=120) as client, client.stream("POST", STREAM, json=body) as response:
-            events.append([json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")])
+        with (
+            httpx.Client(base_url=group.base_url, timeout=120) as client,
+            client.stream("POST", STREAM, json=body) as response,
+        ):
+            events.append(
+                [json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")]
+            )
 
     threads = [threading.Thread(target=stream) for _ in range(6)]
     for thread in threads:

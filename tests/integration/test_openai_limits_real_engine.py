@@ -27,7 +27,13 @@ LONG = {"model": MODEL, "prompt": "Tell me a story", "max_tokens": 2000, "ignore
 
 @pytest.fixture(scope="module")
 def limited() -> Iterator[RunningServer]:
-    env = {"API_KEYS": KEY, "MAX_PENDING_REQUESTS": "2", "REQUEST_TIMEOUT_SECONDS": "3", "MAX_N": "4", "AUTH_OPEN_METRICS": "true"}
+    env = {
+        "API_KEYS": KEY,
+        "MAX_PENDING_REQUESTS": "2",
+        "REQUEST_TIMEOUT_SECONDS": "3",
+        "MAX_N": "4",
+        "AUTH_OPEN_METRICS": "true",
+    }
     server = start_server(name="openai-limits", env=env)
     yield server
     code, alive = server.stop(signal.SIGTERM)
@@ -45,13 +51,16 @@ def settle(base_url: str, timeout: float = 10) -> None:
 
 def test_api_key_as_bearer_with_the_sdk(limited: RunningServer) -> None:
     base = f"{limited.base_url}/v1"
-    with pytest.raises(openai.AuthenticationError) as refused:
-        openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).models.list()
+    with (
+        pytest.raises(openai.AuthenticationError) as refused,
+        openai.OpenAI(base_url=base, api_key="wrong", max_retries=0) as wrong,
+    ):
+        wrong.models.list()
     assert refused.value.status_code == 401 and refused.value.body["type"] == "UnauthorizedError"
-    client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
-    assert [m.id for m in client.models.list()] == [MODEL]
-    stream = client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, stream=True)
-    assert len([chunk for chunk in stream]) == 4
+    with openai.OpenAI(base_url=base, api_key=KEY, max_retries=0) as client:
+        assert [m.id for m in client.models.list()] == [MODEL]
+        stream = client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, stream=True)
+        assert len(list(stream)) == 4
     openai_error(httpx.post(f"{base}/chat/completions", json={"model": MODEL, "messages": []}), 401)
 
 
@@ -60,7 +69,9 @@ def test_overload_is_503_with_retry_after(limited: RunningServer) -> None:
     started = threading.Barrier(3)
 
     def hold() -> None:
-        with httpx.stream("POST", url, json={**LONG, "stream": True}, headers=AUTH, timeout=30) as response:
+        with httpx.stream(
+            "POST", url, json={**LONG, "stream": True}, headers=AUTH, timeout=30
+        ) as response:
             lines = response.iter_lines()
             next(lines)
             started.wait()
@@ -114,23 +125,36 @@ def short(body: object) -> None:
 def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
     """Generated bodies, valid and not, against vLLM's own request models: never a 5xx (but
     the timeout's 504), every error in OpenAI's shape, and no engine request left behind."""
-    schema = schemathesis.openapi.from_url(f"{limited.base_url}/openapi.json").include(path_regex="^/v1/")
+    schema = schemathesis.openapi.from_url(f"{limited.base_url}/openapi.json").include(
+        path_regex="^/v1/"
+    )
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 4
     for operation in operations:
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True
+            max_examples=40,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
         )
         def check(case) -> None:
             short(case.body)
             response = case.call(base_url=limited.base_url, headers=AUTH, timeout=30)
             assert response.status_code < 500 or response.status_code == 504, response.text
-            case.validate_response(response, checks=[content_type_conformance, response_schema_conformance])
+            case.validate_response(
+                response, checks=[content_type_conformance, response_schema_conformance]
+            )
             if response.status_code >= 400:
                 body = response.json()
-                assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+                assert set(body) == {"error"} and set(body["error"]) == {
+                    "message",
+                    "type",
+                    "param",
+                    "code",
+                }
 
         check()
     settle(limited.base_url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import jsonschema
@@ -26,20 +26,29 @@ WEATHER = {
     "function": {
         "name": "get_weather",
         "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
 }
 
 
 @pytest.fixture(scope="module")
 def sdk(server: RunningServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0, timeout=120) as client:
+    with openai.OpenAI(
+        base_url=f"{server.base_url}/v1", api_key="none", max_retries=0, timeout=120
+    ) as client:
         yield client
 
 
 @pytest.fixture
-def async_sdk(server: RunningServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="none", max_retries=0, timeout=120)
+async def async_sdk(server: RunningServer) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(
+        base_url=f"{server.base_url}/v1", api_key="none", max_retries=0, timeout=120
+    ) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +61,11 @@ def triton_text(http: httpx.Client, prompt: str, max_tokens: int, chat_template:
     body = {
         "text_input": prompt,
         "exclude_input_in_output": True,
-        "parameters": {"temperature": 0, "max_tokens": max_tokens, "apply_chat_template": chat_template},
+        "parameters": {
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "apply_chat_template": chat_template,
+        },
     }
     response = http.post(TRITON, json=body)
     assert response.status_code == 200, response.text
@@ -63,12 +76,23 @@ def test_models_list_and_retrieve(sdk: openai.OpenAI) -> None:
     models = sdk.models.list()
     assert [m.id for m in models.data] == [MODEL]
     assert models.data[0].owned_by == "vllm" and models.data[0].model_extra["max_model_len"] == 2048
-    assert sdk.models.retrieve(MODEL).id == MODEL and sdk.models.retrieve(f"{MODEL}/1").id == f"{MODEL}/1"
+    assert (
+        sdk.models.retrieve(MODEL).id == MODEL
+        and sdk.models.retrieve(f"{MODEL}/1").id == f"{MODEL}/1"
+    )
 
 
-def test_completion_equals_the_triton_route(sdk: openai.OpenAI, http: httpx.Client, tokenizer) -> None:
+def test_completion_equals_the_triton_route(
+    sdk: openai.OpenAI, http: httpx.Client, tokenizer
+) -> None:
     expected = triton_text(http, PROMPT, 16, chat_template=False)
-    result = sdk.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0, extra_body={"return_token_ids": True})
+    result = sdk.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=16,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
     choice = result.choices[0]
     assert result.model == MODEL and result.object == "text_completion" and choice.text == expected
     assert result.usage.prompt_tokens == len(tokenizer(PROMPT).input_ids)
@@ -76,11 +100,18 @@ def test_completion_equals_the_triton_route(sdk: openai.OpenAI, http: httpx.Clie
     assert result.usage.total_tokens == result.usage.prompt_tokens + 16
 
 
-def test_streamed_completion_is_the_same_text_and_usage(sdk: openai.OpenAI, http: httpx.Client) -> None:
+def test_streamed_completion_is_the_same_text_and_usage(
+    sdk: openai.OpenAI, http: httpx.Client
+) -> None:
     expected = triton_text(http, PROMPT, 16, chat_template=False)
     chunks = list(
         sdk.completions.create(
-            model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0, stream=True, stream_options={"include_usage": True}
+            model=MODEL,
+            prompt=PROMPT,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     assert len(chunks) > 5 and "".join(c.choices[0].text for c in chunks if c.choices) == expected
@@ -92,12 +123,22 @@ async def test_chat_equals_the_triton_route_with_the_chat_template(
 ) -> None:
     expected = triton_text(http, QUESTION, 24, chat_template=True)
     messages = [{"role": "user", "content": QUESTION}]
-    result = await async_sdk.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, temperature=0)
-    assert result.choices[0].message.content == expected and result.choices[0].message.role == "assistant"
+    result = await async_sdk.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=24, temperature=0
+    )
+    assert (
+        result.choices[0].message.content == expected
+        and result.choices[0].message.role == "assistant"
+    )
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert result.usage.prompt_tokens == len(tokenizer(prompt, add_special_tokens=False).input_ids)
     stream = await async_sdk.chat.completions.create(
-        model=MODEL, messages=messages, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True}
+        model=MODEL,
+        messages=messages,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -119,20 +160,39 @@ def test_a_stream_starts_while_the_engine_prefills(http: httpx.Client) -> None:
 
 
 def test_n_completions_with_logprobs(sdk: openai.OpenAI) -> None:
-    result = sdk.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=6, n=2, temperature=1.0, logprobs=2, extra_body={"ignore_eos": True})
+    result = sdk.completions.create(
+        model=MODEL,
+        prompt="Once upon a time",
+        max_tokens=6,
+        n=2,
+        temperature=1.0,
+        logprobs=2,
+        extra_body={"ignore_eos": True},
+    )
     assert sorted(c.index for c in result.choices) == [0, 1]
     assert result.usage.completion_tokens == 12
     for choice in result.choices:
         logprobs = choice.logprobs
-        assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 6
-        assert all(2 <= len(top) <= 3 and value <= 0 for top, value in zip(logprobs.top_logprobs, logprobs.token_logprobs))
+        assert (
+            len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 6
+        )
+        assert all(
+            2 <= len(top) <= 3 and value <= 0
+            for top, value in zip(logprobs.top_logprobs, logprobs.token_logprobs, strict=False)
+        )
         assert "".join(logprobs.tokens) == choice.text
 
 
 async def test_chat_logprobs_and_two_choices_streamed(async_sdk: openai.AsyncOpenAI) -> None:
     stream = await async_sdk.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say hi"}], max_tokens=5, n=2, logprobs=True,
-        top_logprobs=2, stream=True, extra_body={"ignore_eos": True},
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say hi"}],
+        max_tokens=5,
+        n=2,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+        extra_body={"ignore_eos": True},
     )
     entries: dict[int, list] = {0: [], 1: []}
     async for chunk in stream:
@@ -151,7 +211,12 @@ def test_json_schema_output_parses_and_validates(sdk: openai.OpenAI) -> None:
     }
     result = sdk.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": "Give the largest city of Japan and its population as JSON."}],
+        messages=[
+            {
+                "role": "user",
+                "content": "Give the largest city of Japan and its population as JSON.",
+            }
+        ],
         max_tokens=60,
         temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
@@ -193,12 +258,21 @@ async def test_named_tool_choice_streamed(async_sdk: openai.AsyncOpenAI) -> None
     jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
 
 
-def test_bad_input_and_unknown_models_in_openai_shape(sdk: openai.OpenAI, server: RunningServer) -> None:
+def test_bad_input_and_unknown_models_in_openai_shape(
+    sdk: openai.OpenAI, server: RunningServer
+) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         sdk.completions.create(model="other", prompt="x")
-    assert missing.value.body == {"message": "The model `other` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}
+    assert missing.value.body == {
+        "message": "The model `other` does not exist.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
     with pytest.raises(openai.BadRequestError) as bad:
-        sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], temperature=-1)
+        sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], temperature=-1
+        )
     assert bad.value.body["param"] == "temperature" and bad.value.body["type"] == "BadRequestError"
     with pytest.raises(openai.BadRequestError) as too_long:
         sdk.completions.create(model=MODEL, prompt="x", max_tokens=5000)
@@ -218,19 +292,34 @@ def wait_engine_idle(base_url: str, timeout: float = 10) -> bool:
 
 @pytest.mark.parametrize(
     ("path", "prompt"),
-    [("/v1/completions", {"prompt": PROMPT}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})],
+    [
+        ("/v1/completions", {"prompt": PROMPT}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
+    ],
 )
-def test_a_client_leaving_a_stream_aborts_the_engine_request(server: RunningServer, path: str, prompt: dict) -> None:
+def test_a_client_leaving_a_stream_aborts_the_engine_request(
+    server: RunningServer, path: str, prompt: dict
+) -> None:
     body = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True, "stream": True, **prompt}
-    with httpx.Client(base_url=server.base_url, timeout=60) as client, client.stream("POST", path, json=body) as response:
+    with (
+        httpx.Client(base_url=server.base_url, timeout=60) as client,
+        client.stream("POST", path, json=body) as response,
+    ):
         lines = response.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
         assert engine_unfinished(server.base_url) == 1
     assert wait_engine_idle(server.base_url)
 
 
-def test_a_client_leaving_before_the_answer_aborts_the_engine_request(server: RunningServer) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 1500, "ignore_eos": True}
+def test_a_client_leaving_before_the_answer_aborts_the_engine_request(
+    server: RunningServer,
+) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a story"}],
+        "max_tokens": 1500,
+        "ignore_eos": True,
+    }
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=1.5)
     assert wait_engine_idle(server.base_url)
@@ -246,18 +335,44 @@ NASTY = [
     ("/v1/completions", {"prompt": "\ud800"}),
     ("/v1/completions", {"structured_outputs": {"regex": "("}}),
     ("/v1/completions", {"use_beam_search": True, "stream": True}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}]}]}),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}],
+                }
+            ]
+        },
+    ),
     ("/v1/chat/completions", {"chat_template": "{{ 1/0 }}"}),
-    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nope"}}}], "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+    (
+        "/v1/chat/completions",
+        {
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"type": "nope"}}}
+            ],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+        },
+    ),
     ("/v1/chat/completions", {"tool_choice": "required"}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 20000}]}),
     ("/v1/chat/completions", {"top_logprobs": 10**6, "logprobs": True}),
 ]
 
 
-@pytest.mark.parametrize(("path", "extra"), NASTY, ids=[json.dumps(extra)[:40] for _, extra in NASTY])
-def test_hostile_values_are_4xx_and_leave_no_engine_request(server: RunningServer, path: str, extra: dict) -> None:
-    base = {"prompt": "hi"} if "chat" not in path else {"messages": [{"role": "user", "content": "hi"}]}
+@pytest.mark.parametrize(
+    ("path", "extra"), NASTY, ids=[json.dumps(extra)[:40] for _, extra in NASTY]
+)
+def test_hostile_values_are_4xx_and_leave_no_engine_request(
+    server: RunningServer, path: str, extra: dict
+) -> None:
+    base = (
+        {"prompt": "hi"}
+        if "chat" not in path
+        else {"messages": [{"role": "user", "content": "hi"}]}
+    )
     body = json.dumps({"model": MODEL, "max_tokens": 4, **base, **extra}).encode()
     response = httpx.post(f"{server.base_url}{path}", content=body, timeout=60)
     assert 400 <= response.status_code < 500, response.text

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import queue
 import signal
 import threading
 import time
+from typing import Any
 
 import httpx
 import psutil
 import pytest
+import tritonclient.grpc as triton_grpc
 
 from tests.integration.test_metrics_and_health import scrape
 from tests.support.servers import RunningServer, start_server
+from tests.support.triton_grpc import is_final, vllm_request
 from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
 LONG = {"max_tokens": 1500, "ignore_eos": True}
 SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
+SHUTDOWN_GRPC = "GRPC server is shutting down and has stopped accepting new requests."
 
 
 def load(http: httpx.Client) -> tuple[float, float]:
@@ -54,13 +60,17 @@ def drop_streams(base_url: str, first: int, count: int) -> None:
     asyncio.run(run())
 
 
-def test_dropped_streams_are_aborted_in_the_engine(server: RunningServer, http: httpx.Client) -> None:
+def test_dropped_streams_are_aborted_in_the_engine(
+    server: RunningServer, http: httpx.Client
+) -> None:
     """200 streams dropped after two events, 20 at a time: after each round the engine holds
     no request within 2 s, generates nothing more, and memory does not grow."""
     memory = []
     for round_index in range(10):
         drop_streams(server.base_url, round_index * 20, 20)
-        assert wait_for(lambda: load(http) == (0, 0), 2.0), f"round {round_index}: still running {load(http)}"
+        assert wait_for(lambda: load(http) == (0, 0), 2.0), (
+            f"round {round_index}: still running {load(http)}"
+        )
         memory.append(rss_mib(server))
     generated = scrape(http)["vllm:generation_tokens_total"]
     time.sleep(1.0)
@@ -69,9 +79,15 @@ def test_dropped_streams_are_aborted_in_the_engine(server: RunningServer, http: 
     assert memory[-1] - memory[2] < 64, f"RSS per round (MiB): {[round(m) for m in memory]}"
 
 
-def test_non_streaming_client_timeout_aborts_the_engine_request(server: RunningServer, http: httpx.Client) -> None:
+def test_non_streaming_client_timeout_aborts_the_engine_request(
+    server: RunningServer, http: httpx.Client
+) -> None:
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.base_url}{GENERATE}", json={"text_input": "Go on.", "parameters": LONG}, timeout=1.5)
+        httpx.post(
+            f"{server.base_url}{GENERATE}",
+            json={"text_input": "Go on.", "parameters": LONG},
+            timeout=1.5,
+        )
     assert wait_for(lambda: load(http) == (0, 0), 2.0), load(http)
 
 
@@ -86,7 +102,9 @@ class StreamReader(threading.Thread):
         self.ended_at = 0.0
 
     def run(self) -> None:
-        with httpx.stream("POST", f"{self.base_url}{STREAM}", json=self.body, timeout=120) as response:
+        with httpx.stream(
+            "POST", f"{self.base_url}{STREAM}", json=self.body, timeout=120
+        ) as response:
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     self.events.append(json.loads(line[6:]))
@@ -94,23 +112,86 @@ class StreamReader(threading.Thread):
         self.ended_at = time.monotonic()
 
 
+def grpc_request(prompt: str, request_id: str, max_tokens: int) -> dict[str, Any]:
+    return vllm_request(
+        prompt,
+        request_id,
+        True,
+        {"max_tokens": str(max_tokens), "ignore_eos": "true"},
+        "smollm2",
+        exclude_input_in_output=True,
+        outputs=None,
+        return_num_output_tokens=True,
+    )
+
+
+class GrpcStreams:
+    """A gRPC stream running a 16-token request, and a second client for a late stream."""
+
+    TOKENS = 16
+    SHUTTING_DOWN = ("StatusCode.UNAVAILABLE", SHUTDOWN_GRPC)
+
+    def __init__(self, server: RunningServer) -> None:
+        self.running = triton_grpc.InferenceServerClient(server.grpc_url)
+        self.late = triton_grpc.InferenceServerClient(server.grpc_url)
+        self.received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self.refused: list[Any] = []
+
+    def start(self) -> None:
+        """Start the running request; return once its first response came."""
+        self.running.start_stream(lambda result, error: self.received.put((result, error)))
+        self.running.async_stream_infer(**grpc_request("Tell a story.", "running", self.TOKENS))
+        self.results = [self.received.get(timeout=60)]
+
+    def try_a_late_stream(self) -> None:
+        self.late.start_stream(lambda result, error: self.refused.append(error))
+        with contextlib.suppress(triton_grpc.InferenceServerException):
+            self.late.async_stream_infer(**grpc_request("Hi", "late", 4))
+        self.late.stop_stream()
+
+    def finish(self, timeout: float) -> None:
+        """Wait for the running request's final response, then close the stream."""
+        while not is_final(self.results[-1][0]):
+            self.results.append(self.received.get(timeout=timeout))
+        self.running.stop_stream()
+
+    def close(self) -> None:
+        self.running.close()
+        self.late.close()
+
+    def check(self) -> None:
+        assert all(error is None for _, error in self.results)
+        tokens = sum(int(r.as_numpy("num_output_tokens")[0]) for r, _ in self.results)
+        assert tokens == self.TOKENS
+        assert [(e.status(), e.message()) for e in self.refused] == [self.SHUTTING_DOWN]
+
+
+def start_short_request(http: httpx.Client) -> tuple[threading.Thread, dict[str, Any]]:
+    short: dict[str, Any] = {}
+    body = {"text_input": "Hi", "parameters": {"max_tokens": 16}}
+    thread = threading.Thread(target=lambda: short.update(response=http.post(GENERATE, json=body)))
+    thread.start()
+    return thread, short
+
+
 def test_sigterm_drains_running_requests_then_exits_zero() -> None:
-    """In-flight requests finish within the drain period, new ones get 503, the rest end with
-    an error event when it runs out; then the engine stops and the process exits 0."""
+    """On both protocols: in-flight requests finish within the drain period, new ones are
+    refused (HTTP 503; a new gRPC stream UNAVAILABLE with Triton's text), the rest end with an
+    error event when it runs out; then the engine stops and the process exits 0."""
     drain = 8.0
     server = start_server(name="drain", env={"DRAIN_TIMEOUT_SECONDS": str(drain)})
     engine_processes = psutil.Process(server.process.pid).children(recursive=True)
     http = httpx.Client(base_url=server.base_url, timeout=60)
+    grpc_streams = GrpcStreams(server)
     try:
-        long_stream = StreamReader(server.base_url, {"text_input": "Tell a long story.", "parameters": LONG})
+        long_stream = StreamReader(
+            server.base_url, {"text_input": "Tell a long story.", "parameters": LONG}
+        )
         long_stream.start()
         assert long_stream.first_event.wait(60)
-        short: dict = {}
-        short_request = threading.Thread(
-            target=lambda: short.update(response=http.post(GENERATE, json={"text_input": "Hi", "parameters": {"max_tokens": 16}}))
-        )
-        short_request.start()
-        assert wait_for(lambda: load(http)[0] == 2, 10)
+        short_request, short = start_short_request(http)
+        grpc_streams.start()
+        assert wait_for(lambda: load(http)[0] == 3, 10)
 
         server.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -118,6 +199,9 @@ def test_sigterm_drains_running_requests_then_exits_zero() -> None:
         refused = http.post(GENERATE, json={"text_input": "Hi"})
         assert refused.status_code == 503 and "error" in refused.json()
         assert http.get("/v2/health/live").status_code == 200
+        grpc_streams.try_a_late_stream()
+        grpc_streams.finish(drain + 30)
+        grpc_streams.check()
 
         short_request.join(30)
         assert short["response"].status_code == 200 and short["response"].json()["text_output"]
@@ -130,6 +214,8 @@ def test_sigterm_drains_running_requests_then_exits_zero() -> None:
         _, alive = psutil.wait_procs(engine_processes, timeout=10)
         assert not alive, f"engine processes left running: {alive}"
     finally:
+        grpc_streams.close()
         http.close()
         if server.process.poll() is None:
             server.process.kill()
+            server.process.wait(timeout=30)

@@ -1,6 +1,6 @@
-"""Self-healing against the real engine: reloads that drop nothing and give memory back, and
-an engine core killed again and again (in the middle of streams) that comes back each time,
-until its restart budget is spent and liveness fails."""
+"""Self-healing against the real engine: reloads that drop nothing and give memory back. (An
+engine core killed in the middle of streams, which come back each time until the restart
+budget is spent: test_migration_real_engine.py.)"""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import psutil
 import pytest
 
 from app.paths import PROJECT_ROOT
-from tests.integration.test_metrics_and_health import scrape
-from tests.support.servers import RunningServer, start_server
+from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
 from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
 LOAD = "/v2/repository/models/smollm2/load"
-UNHEALTHY = {"error": "Model is unavailable due to unhealthy vLLM engine"}
-GREEDY = {"text_input": "What is Triton Inference Server?", "parameters": {"temperature": 0, "max_tokens": 24}}
+GREEDY = {
+    "text_input": "What is Triton Inference Server?",
+    "parameters": {"temperature": 0, "max_tokens": 24},
+}
 MAX_RESTARTS = 5
 
 
@@ -45,6 +46,7 @@ def healing(repository: Path) -> Iterator[RunningServer]:
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "ENGINE_RESTART_BACKOFF_MAX_SECONDS": "1",
         "DRAIN_TIMEOUT_SECONDS": "10",
+        **EXPLICIT_CONTROL_ENV,
     }
     server = start_server("--model-repository", str(repository), name="healing", env=env)
     yield server
@@ -66,7 +68,10 @@ class StreamingClient(threading.Thread):
     def __init__(self, base_url: str, max_tokens: int = 8, once: bool = False) -> None:
         super().__init__(daemon=True)
         self.base_url = base_url
-        self.body = {"text_input": "Tell me about the sea.", "parameters": {"max_tokens": max_tokens, "ignore_eos": True}}
+        self.body = {
+            "text_input": "Tell me about the sea.",
+            "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
+        }
         self.once = once
         self.stop = threading.Event()
         self.statuses: list[int] = []
@@ -103,7 +108,9 @@ def alive(process: psutil.Process) -> bool:
 
 
 def engine_processes(server: RunningServer) -> list[psutil.Process]:
-    return [p for p in psutil.Process(server.process.pid).children(recursive=True) if "VLLM" in p.name()]
+    return [
+        p for p in psutil.Process(server.process.pid).children(recursive=True) if "VLLM" in p.name()
+    ]
 
 
 def test_a_reload_under_load_fails_no_request(healing: RunningServer, http: httpx.Client) -> None:
@@ -112,7 +119,9 @@ def test_a_reload_under_load_fails_no_request(healing: RunningServer, http: http
         client.start()
     assert wait_for(lambda: all(c.events for c in clients), 60)
     old_engines = engine_processes(healing)
-    response = http.post(LOAD, timeout=300)  # a new engine starting beside 8 busy streams: 1-2.5 min here
+    response = http.post(
+        LOAD, timeout=300
+    )  # a new engine starting beside 8 busy streams: 1-2.5 min here
     assert response.status_code == 200, response.text
     time.sleep(2)
     for client in clients:
@@ -127,7 +136,9 @@ def test_a_reload_under_load_fails_no_request(healing: RunningServer, http: http
     assert http.post(GENERATE, json=GREEDY).status_code == 200
 
 
-def test_a_reload_with_a_broken_model_json_keeps_the_old_engine(http: httpx.Client, repository: Path) -> None:
+def test_a_reload_with_a_broken_model_json_keeps_the_old_engine(
+    http: httpx.Client, repository: Path
+) -> None:
     model_json = repository / "smollm2" / "1" / "model.json"
     good = model_json.read_text()
     model_json.write_text(json.dumps({**json.loads(good), "max_model_length": 5}))
@@ -136,51 +147,22 @@ def test_a_reload_with_a_broken_model_json_keeps_the_old_engine(http: httpx.Clie
     finally:
         model_json.write_text(good)
     assert response.status_code == 400
-    assert "unknown vLLM engine arguments: 'max_model_length' (did you mean 'max_model_len'?)" in response.json()["error"]
+    assert (
+        "unknown vLLM engine arguments: 'max_model_length' (did you mean 'max_model_len'?)"
+        in response.json()["error"]
+    )
     assert http.get("/v2/models/smollm2/ready").status_code == 200
     assert http.post(GENERATE, json=GREEDY).status_code == 200
 
 
-def test_memory_returns_to_its_level_after_reloads(healing: RunningServer, http: httpx.Client) -> None:
-    assert http.post(LOAD).status_code == 200
-    after_first = server_rss_mib(healing)
-    for _ in range(9):
-        assert http.post(LOAD).status_code == 200
-    after_tenth = server_rss_mib(healing)
-    assert after_tenth <= 1.10 * after_first, f"RSS {after_first:.0f} MiB after the first reload, {after_tenth:.0f} after the tenth"
-
-
-def kill_engine_core(server: RunningServer) -> tuple[float, list[psutil.Process]]:
-    processes = engine_processes(server)
-    next(p for p in processes if "EngineCore" in p.name()).kill()
-    return time.monotonic(), processes
-
-
-def test_killed_engines_come_back_until_the_restart_budget_is_spent(
+def test_memory_returns_to_its_level_after_reloads(
     healing: RunningServer, http: httpx.Client
 ) -> None:
-    expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
-    for kill in range(1, MAX_RESTARTS + 1):
-        streams = [StreamingClient(healing.base_url, max_tokens=1500, once=True) for _ in range(20)]
-        for stream in streams:
-            stream.start()
-        assert wait_for(lambda streams=streams: all(s.events for s in streams), 60), f"kill {kill}: streams did not start"
-        killed_at, old_processes = kill_engine_core(healing)
-        for stream in streams:
-            stream.join(5)
-        assert all(s.ended_at - killed_at < 2 for s in streams), f"kill {kill}: a stream outlived the engine by 2 s"
-        assert all(s.last_events == [UNHEALTHY] for s in streams), f"kill {kill}: {streams[0].last_events}"
-        assert http.get("/v2/health/ready").status_code == 503
-        assert wait_for(lambda old=old_processes: not any(alive(p) for p in old), 15), f"kill {kill}: orphans left"
-        load = scrape(http)
-        assert (load["server_requests_in_flight"], load["server_engine_requests_unfinished"]) == (0, 0)
-        assert load["vllm:num_requests_running"] == 0
-        assert wait_for(lambda: http.get("/v2/health/ready").status_code == 200, 180), f"kill {kill}: no restart"
-        assert http.post(GENERATE, json=GREEDY).json()["text_output"] == expected
-        assert scrape(http)["server_engine_restarts_total"] == kill
-        assert len([p for p in engine_processes(healing) if "EngineCore" in p.name()]) == 1
-    assert http.get("/v2/health/live").status_code == 200
-    kill_engine_core(healing)
-    assert wait_for(lambda: http.get("/v2/health/live").status_code == 503, 10)
-    assert http.get("/v2/health/ready").status_code == 503
-    assert http.post(GENERATE, json=GREEDY).json() == UNHEALTHY
+    assert http.post(LOAD).status_code == 200
+    after_first = server_rss_mib(healing)
+    for _ in range(4):
+        assert http.post(LOAD).status_code == 200
+    after_fifth = server_rss_mib(healing)
+    assert after_fifth <= 1.10 * after_first, (
+        f"RSS {after_first:.0f} MiB after the first reload, {after_fifth:.0f} after the fifth"
+    )

@@ -42,10 +42,19 @@ async def call_and_disconnect(
         sent.append(message)
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
-        "headers": headers or [], "client": ("test", 1), "server": ("test", 80),
-        "root_path": "", "app": app,
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "headers": headers or [],
+        "client": ("test", 1),
+        "server": ("test", 80),
+        "root_path": "",
+        "app": app,
     }
     task = asyncio.create_task(app(scope, receive, send))
     await asyncio.sleep(seconds)
@@ -101,7 +110,9 @@ def serve_in_thread(app: Any, side: Any = None, port: int | None = None) -> Iter
     from app.server import DrainingServer
 
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    transport = getattr(getattr(app, "state", None), "http_transport", None)
+    options = transport.uvicorn_options() if transport is not None else {}
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **options)
     server = uvicorn.Server(config) if side is None else DrainingServer(config, app, side)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -109,8 +120,9 @@ def serve_in_thread(app: Any, side: Any = None, port: int | None = None) -> Iter
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "the test server did not start"
+    scheme = "https" if "ssl_certfile" in options else "http"
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

@@ -10,7 +10,11 @@ ENGINE_UNFINISHED = "server_engine_requests_unfinished"
 def engine_unfinished(base_url: str, headers: dict[str, str] | None = None) -> float:
     """The engine's own count of the requests it holds (summed over the models)."""
     text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(ENGINE_UNFINISHED + "{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(ENGINE_UNFINISHED + "{")
+    )
 
 
 def openai_error(response: httpx.Response, status: int) -> dict:
@@ -18,6 +22,8 @@ def openai_error(response: httpx.Response, status: int) -> dict:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, (
+        body
+    )
     assert body["error"]["code"] == status
     return body["error"]

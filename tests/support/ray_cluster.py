@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +64,11 @@ class RayNode:
         """SIGKILL the whole node at once: a node lost, as a crashed machine or pod is."""
         processes = self.processes()
         for process in processes:
-            try:
+            with suppress(psutil.NoSuchProcess):
                 process.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(processes, timeout=STOP_TIMEOUT_S)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=STOP_TIMEOUT_S)  # its Popen knows it ended
 
 
 @dataclass
@@ -90,20 +90,33 @@ class LocalRayCluster:
 
     def add_node(self, name: str, ip: str, head_port: int | None = None) -> RayNode:
         """`ray start --block` for one node with one CPU and one worker slot ("GPU")."""
-        role = ["--head", f"--port={head_port}", "--include-dashboard=false"] if head_port else [
-            f"--address={self.address}"
-        ]
-        log_path = ARTIFACTS / f"ray-{name}-{self.temp_dir.name}.log"
-        process = subprocess.Popen(
-            [str(RAY), "start", "--block", *role, f"--node-ip-address={ip}", "--num-cpus=1", "--num-gpus=1",
-             f"--object-store-memory={OBJECT_STORE_BYTES}", f"--temp-dir={self.temp_dir}",
-             "--disable-usage-stats", *node_ports(head=head_port is not None)],
-            cwd=PROJECT_ROOT,
-            stdout=log_path.open("w"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-            start_new_session=True,
+        role = (
+            ["--head", f"--port={head_port}", "--include-dashboard=false"]
+            if head_port
+            else [f"--address={self.address}"]
         )
+        log_path = ARTIFACTS / f"ray-{name}-{self.temp_dir.name}.log"
+        with log_path.open("w") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [
+                    str(RAY),
+                    "start",
+                    "--block",
+                    *role,
+                    f"--node-ip-address={ip}",
+                    "--num-cpus=1",
+                    "--num-gpus=1",
+                    f"--object-store-memory={OBJECT_STORE_BYTES}",
+                    f"--temp-dir={self.temp_dir}",
+                    "--disable-usage-stats",
+                    *node_ports(head=head_port is not None),
+                ],
+                cwd=PROJECT_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
         node = RayNode(name, ip, process, log_path)
         self.nodes.append(node)
         return node
@@ -126,7 +139,9 @@ def write_platform_plugin(folder: Path) -> None:
     """An entry point that makes vLLM load tests/support/ray_cpu_platform.py (see there)."""
     dist = folder / PLUGIN_DIST
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: triton-vllm-generate-test-platform\nVersion: 0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: triton-vllm-generate-test-platform\nVersion: 0\n"
+    )
     (dist / "entry_points.txt").write_text(f"[vllm.platform_plugins]\n{PLUGIN_ENTRY_POINT}\n")
 
 
@@ -146,10 +161,14 @@ def node_ports(head: bool) -> list[str]:
 
 
 @contextmanager
-def local_ray_cluster(workers: int = 1, node_env: dict[str, str] | None = None) -> Iterator[LocalRayCluster]:
+def local_ray_cluster(
+    workers: int = 1, node_env: dict[str, str] | None = None
+) -> Iterator[LocalRayCluster]:
     """A head on 127.0.0.1 and `workers` worker nodes on 127.0.0.2, ... ; killed on exit."""
     if not RAY.exists():
-        pytest.fail(f"{RAY} is missing: `make test` installs Ray (the project's `ray` extra)", pytrace=False)
+        pytest.fail(
+            f"{RAY} is missing: `make test` installs Ray (the project's `ray` extra)", pytrace=False
+        )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths
     write_platform_plugin(temp_dir / "plugin")
@@ -194,8 +213,9 @@ def stop(cluster: LocalRayCluster) -> None:
     _, alive = psutil.wait_procs(processes, timeout=TERM_GRACE_S)
     alive += [p for p in cluster.leftovers() if p not in alive]
     for process in alive:
-        try:
+        with suppress(psutil.NoSuchProcess):
             process.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=STOP_TIMEOUT_S)
+    for node in cluster.nodes:
+        with suppress(subprocess.TimeoutExpired):
+            node.process.wait(timeout=STOP_TIMEOUT_S)

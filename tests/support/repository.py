@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 
-def write_model(root: Path, name: str, version: str = "1", config: str | None = None, **engine_args: object) -> Path:
+def write_model(
+    root: Path, name: str, version: str = "1", config: str | None = None, **engine_args: object
+) -> Path:
     """Add one model version to a repository folder."""
     version_dir = root / name / version
     version_dir.mkdir(parents=True, exist_ok=True)
@@ -14,3 +16,8 @@ def write_model(root: Path, name: str, version: str = "1", config: str | None = 
     if config is not None:
         (root / name / "config.pbtxt").write_text(config)
     return version_dir
+
+
+EXPLICIT_CONTROL: dict[str, object] = {"model_control_mode": "explicit", "load_model": ["*"]}
+"""Settings of Triton's explicit model control (every model loaded at start): load and
+unload requests are taken."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -17,6 +19,8 @@ import psutil
 from app.paths import PROJECT_ROOT
 from tests.support.asgi import free_ports
 
+EXPLICIT_CONTROL_ENV = {"MODEL_CONTROL_MODE": "explicit", "LOAD_MODEL": '["*"]'}
+"""Triton's explicit model control with every model loaded at start: load and unload are taken."""
 START_TIMEOUT_S = 300
 STOP_TIMEOUT_S = 60
 ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
@@ -30,6 +34,8 @@ class RunningServer:
     base_url: str
     log_path: Path
     grpc_url: str = ""
+    metrics_url: str = ""
+    """Triton's metrics port (`/metrics` there), when the server has one."""
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -43,51 +49,62 @@ class RunningServer:
         return code, alive
 
 
-def start_server(*args: str, name: str = "server", env: dict[str, str] | None = None) -> RunningServer:
-    """Start `python -m app` on free ports (HTTP, and gRPC unless `env` sets GRPC_PORT) and
-    wait until every model is ready."""
+def start_server(
+    *args: str,
+    name: str = "server",
+    env: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> RunningServer:
+    """Start `python -m app` on free ports (HTTP, the metrics port, and gRPC unless `env` sets
+    GRPC_PORT) and wait until every model is ready; `tls`: the client context for a server on
+    HTTPS."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    port, grpc_port = free_ports(2)
-    env = {"GRPC_PORT": str(grpc_port), **(env or {})}
+    port, grpc_port, metrics_port = free_ports(3)
+    env = {"GRPC_PORT": str(grpc_port), "METRICS_PORT": str(metrics_port), **(env or {})}
     log_path = ARTIFACTS / f"{name}-{port}.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), *args],
-        cwd=PROJECT_ROOT,
-        stdout=log_path.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
-    )
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port), *args],
+            cwd=PROJECT_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+        )
     grpc_url = f"127.0.0.1:{env['GRPC_PORT']}" if env["GRPC_PORT"] != "0" else ""
-    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, grpc_url)
+    scheme = "http" if tls is None else "https"
+    metrics_url = f"http://127.0.0.1:{env['METRICS_PORT']}" if env["METRICS_PORT"] != "0" else ""
+    server = RunningServer(process, f"{scheme}://127.0.0.1:{port}", log_path, grpc_url, metrics_url)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log_tail()}")
         try:
-            if httpx.get(f"{server.base_url}/v2/health/ready", timeout=2).status_code == 200 and (
-                not grpc_url or accepts_connections(grpc_url)
-            ):
+            ready = httpx.get(f"{server.base_url}/v2/health/ready", timeout=2, verify=tls or True)
+            if ready.status_code == 200 and (not grpc_url or accepts_connections(grpc_url)):
                 return server
         except httpx.TransportError:
             pass
         time.sleep(0.5)
-    kill_tree(process.pid)
+    kill_tree(process)
     raise RuntimeError(f"server not ready after {START_TIMEOUT_S} s:\n{server.log_tail()}")
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and every descendant (its engine processes would outlive it)."""
+def kill_tree(popen: subprocess.Popen) -> None:
+    """SIGKILL a process and every descendant (its engine processes would outlive it), then
+    reap it through its Popen, which would otherwise warn that it still runs."""
     try:
-        parent = psutil.Process(pid)
+        parent = psutil.Process(popen.pid)
         processes = [*parent.children(recursive=True), parent]
     except psutil.NoSuchProcess:
-        return
+        processes = []
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(processes, timeout=10)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=10)
+
+
 def accepts_connections(address: str) -> bool:
     """The gRPC port listens (it opens just after HTTP)."""
     host, _, port = address.rpartition(":")
@@ -96,3 +113,9 @@ def accepts_connections(address: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def tracebacks_of_ours(server: RunningServer) -> list[str]:
+    """Lines of a server's log that start a Python traceback, but for the engine core's own."""
+    lines = server.log_path.read_text(errors="replace").splitlines()
+    return [line for line in lines if "Traceback" in line and "EngineCore" not in line]

@@ -47,7 +47,9 @@ def stream_events(http: httpx.Client, path: str, body: dict) -> list[tuple[float
     with http.stream("POST", path, json=body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                events.append((time.monotonic(), json.loads(line.removeprefix("data: "))))
+        events.extend(
+            (time.monotonic(), json.loads(line.removeprefix("data: ")))
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        )
     return events

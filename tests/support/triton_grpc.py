@@ -82,7 +82,9 @@ def stream_results(
 
 
 async def aio_stream_results(
-    client: triton_grpc_aio.InferenceServerClient, requests: list[dict[str, Any]], **stream_options: Any
+    client: triton_grpc_aio.InferenceServerClient,
+    requests: list[dict[str, Any]],
+    **stream_options: Any,
 ) -> list[Result]:
     """The same with the asyncio client's `stream_infer`, as the backend's samples/client.py."""
 
@@ -124,7 +126,9 @@ class GrpcApp:
 
 
 @contextmanager
-def serve_grpc_app(repository: Path, engine_factory: Callable[[Any], Any], **settings: Any) -> Iterator[GrpcApp]:
+def serve_grpc_app(
+    repository: Path, engine_factory: Callable[[Any], Any], **settings: Any
+) -> Iterator[GrpcApp]:
     http_port, port = free_ports(2)
     config = Settings(model_repository=repository, grpc_port=port, **settings)
     app = create_app(config, engine_factory=engine_factory)

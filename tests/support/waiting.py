@@ -22,7 +22,9 @@ def wait_until(condition: Callable[[], bool], timeout: float = 5) -> None:
     assert wait_for(condition, timeout, interval=0.01), "condition not met in time"
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 1, interval: float = 0.02) -> bool:
+async def eventually(
+    condition: Callable[[], bool], timeout: float = 1, interval: float = 0.02
+) -> bool:
     """`wait_for` inside an event loop (the loop keeps running while it waits)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -20,13 +20,23 @@ def test_import_linter_contracts_hold() -> None:
     """Frontends never import each other, the core imports no frontend, web framework or
     settings, and only app/engine imports vLLM (the contracts in pyproject.toml)."""
     lint_imports = Path(sys.executable).parent / "lint-imports"
-    result = subprocess.run([str(lint_imports)], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(lint_imports)], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
 
 
 @pytest.mark.parametrize(
-    "module", ["app.routes", "app.routes.generate", "app.main", "app.triton.inputs", "app.core.service", "app.grpc.server"]
+    "module",
+    [
+        "app.routes",
+        "app.routes.generate",
+        "app.main",
+        "app.triton.inputs",
+        "app.core.service",
+        "app.grpc.server",
+    ],
 )
 def test_the_http_frontend_loads_without_vllm(module: str) -> None:
     code = f"import sys, {module}; assert not {{'vllm', 'torch', 'ray'}} & set(sys.modules)"
@@ -34,7 +44,9 @@ def test_the_http_frontend_loads_without_vllm(module: str) -> None:
 
 
 def python_files() -> list[Path]:
-    return sorted(path for folder in SOURCE_FOLDERS for path in (PROJECT_ROOT / folder).rglob("*.py"))
+    return sorted(
+        path for folder in SOURCE_FOLDERS for path in (PROJECT_ROOT / folder).rglob("*.py")
+    )
 
 
 def test_no_file_over_400_lines_and_no_function_over_60() -> None:
@@ -47,5 +59,8 @@ def test_no_file_over_400_lines_and_no_function_over_60() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
-                    too_long.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {node.name}: {length} lines")
+                    too_long.append(
+                        f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} "
+                        f"{node.name}: {length} lines"
+                    )
     assert not too_long, "\n".join(too_long)

@@ -1,14 +1,25 @@
-"""OpenAPI completeness, the offline /docs and /redoc pages, and the playground page."""
+"""OpenAPI completeness, the offline /docs and /redoc pages, the playground page, and the
+documentation site."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-TAGS = {"generate", "health", "models", "metrics", "openai"}
-GENERATE_PATHS = re.compile(r"/v2/models/\{model_name\}(/versions/\{model_version\})?/generate(_stream)?")
+from app.paths import PROJECT_ROOT
+from app.settings import Settings
+
+TAGS = {"generate", "health", "models", "metrics", "openai", "logging", "trace"}
+GENERATE_PATHS = re.compile(
+    r"/v2/models/\{model_name\}(/versions/\{model_version\})?/generate(_stream)?"
+)
 ASSET_URLS = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url\s*:\s*['"]([^'"]+)['"]""")
 
 
@@ -59,7 +70,11 @@ def test_generate_routes_have_request_response_and_error_examples(openapi: dict)
         else:
             parameters = {p["name"]: p for p in operation["parameters"]}
             assert parameters["text_input"]["required"] and parameters["text_input"]["example"]
-            assert parameters["max_tokens"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+            assert parameters["max_tokens"]["schema"] == {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 2**31 - 1,
+            }
             assert parameters["stop"]["explode"] and "api_key" in parameters
         if path.endswith("_stream"):
             media = operation["responses"]["200"]["content"]["text/event-stream"]
@@ -72,7 +87,9 @@ def test_generate_routes_have_request_response_and_error_examples(openapi: dict)
 def test_docs_pages_load_only_local_assets(client: TestClient) -> None:
     for page in ("/docs", "/redoc", "/"):
         response = client.get(page)
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+        assert response.status_code == 200 and response.headers["content-type"].startswith(
+            "text/html"
+        )
         html = response.text
         assert not re.search(r"https?://", html), (page, re.findall(r"https?://[^\s\"']+", html))
         urls = [a or b for a, b in ASSET_URLS.findall(html)]
@@ -99,9 +116,97 @@ def test_swagger_ui_is_version_5_and_needs_no_validator(client: TestClient) -> N
 
 def test_playground_page_and_its_assets(client: TestClient) -> None:
     html = client.get("/").text
-    for element in ('id="model"', 'id="prompt"', 'id="max-tokens"', 'id="temperature"', 'id="stop"', 'id="ttft"', 'id="rate"'):
+    for element in (
+        'id="model"',
+        'id="prompt"',
+        'id="max-tokens"',
+        'id="temperature"',
+        'id="stop"',
+        'id="ttft"',
+        'id="rate"',
+    ):
         assert element in html
     script = client.get("/static/playground/playground.js").text
     assert "new EventSource(" in script and 'addEventListener("end"' in script
     assert client.get("/static/playground/playground.css").status_code == 200
     assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_the_documentation_site_builds_strictly_offline(tmp_path: Path) -> None:
+    """mkdocs --strict: every link and anchor resolves, every page is in the navigation."""
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.fail(
+            "mkdocs is missing: `make test` installs it (the project's docs extra)", pytrace=False
+        )
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HF_HUB_OFFLINE": "1"}
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-4000:]
+    assert (tmp_path / "site" / "architecture" / "index.html").exists()
+
+
+def test_the_architecture_picture_names_only_code_that_exists() -> None:
+    """The picture is kept beside the code: every package or module it names is there."""
+    picture = re.search(
+        r"```mermaid\n(.*?)```", (PROJECT_ROOT / "docs" / "architecture.md").read_text(), re.DOTALL
+    )
+    assert picture, "docs/architecture.md has its Mermaid picture"
+    named = set(re.findall(r"\bapp/[a-z_/]+(?:\.py)?", picture.group(1)))
+    assert {"app/core", "app/engine", "app/supervisor.py"} <= named
+    missing = sorted(path for path in named if not (PROJECT_ROOT / path).exists())
+    assert not missing, f"docs/architecture.md's picture names {missing}: update it"
+
+
+def test_the_readme_keeps_the_two_set_up_commands() -> None:
+    readme = (PROJECT_ROOT / "README.md").read_text().splitlines()
+    assert any(line.startswith("make serve   # ") for line in readme)
+    assert any(line.startswith("make test    # ") for line in readme)
+
+
+def test_the_readme_stays_short() -> None:
+    """The README introduces; the docs site holds the rest."""
+    assert len((PROJECT_ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+SETTING_ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \| ([^|]*) \|", re.MULTILINE)
+"""A settings table's row in a docs page: | `VARIABLE` | its default | what it does |"""
+
+
+def documented_defaults() -> list[tuple[str, str, str]]:
+    """(page, variable, default cell) of every settings row outside the generated reference."""
+    pages = sorted(p for p in (PROJECT_ROOT / "docs").rglob("*.md") if p.parent.name != "reference")
+    return [
+        (page.name, variable, cell.strip())
+        for page in pages
+        for variable, cell in SETTING_ROW.findall(page.read_text())
+    ]
+
+
+def test_the_defaults_the_pages_give_are_the_settings_defaults() -> None:
+    """The topic pages' tables repeat settings' defaults: each literal one (`16`, `true`) and
+    each "none" or "empty" is what app/settings.py defines."""
+    fields = {
+        (f.validation_alias if isinstance(f.validation_alias, str) else name).upper(): f
+        for name, f in Settings.model_fields.items()
+    }
+    checked = 0
+    for page, variable, cell in documented_defaults():
+        if variable not in fields:
+            continue
+        default = fields[variable].get_default(call_default_factory=True)
+        literal = re.match(r"`(-?\d[\d.]*|true|false)`", cell)
+        if literal:
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+            assert literal.group(1) == shown, (page, variable, cell, default)
+        elif cell.startswith(("none", "empty")):
+            assert default in (None, [], (), ""), (page, variable, cell, default)
+        else:
+            continue
+        checked += 1
+    assert checked >= 30

@@ -18,6 +18,7 @@ from app.repository.heap import HeapFreezer
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.clients import started_clients
+from tests.support.repository import EXPLICIT_CONTROL
 from tests.support.waiting import wait_for
 
 BODY = {"text_input": "x", "parameters": {"max_tokens": 2}}
@@ -54,6 +55,7 @@ def heap_app(repository: Path, **overrides: object) -> tuple[FastAPI, WeakEngine
     gc.unfreeze()
     engines = WeakEngines()
     options = {
+        **EXPLICIT_CONTROL,
         "freeze_gc_heap": True,
         "engine_probe_interval_seconds": 0,
         "engine_restart_backoff_seconds": 0.01,
@@ -74,7 +76,9 @@ def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, WeakEng
         yield build
 
 
-def test_the_heap_is_frozen_once_the_app_started(served: Callable[..., tuple[TestClient, WeakEngines]]) -> None:
+def test_the_heap_is_frozen_once_the_app_started(
+    served: Callable[..., tuple[TestClient, WeakEngines]],
+) -> None:
     client, engines = served()
     assert gc.get_freeze_count() > 0
     assert engines.alive() == [True]
@@ -102,13 +106,17 @@ def test_a_reloaded_engine_in_a_cycle_is_collected(
     assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
 
 
-def test_an_engine_replaced_after_a_crash_is_collected(served: Callable[..., tuple[TestClient, WeakEngines]]) -> None:
+def test_an_engine_replaced_after_a_crash_is_collected(
+    served: Callable[..., tuple[TestClient, WeakEngines]],
+) -> None:
     client, engines = served()
     failed = engines.made[0]()
     assert failed is not None
     failed.healthy = False
     del failed
-    assert wait_for(lambda: len(engines.made) == 2 and client.get("/v2/health/ready").status_code == 200)
+    assert wait_for(
+        lambda: len(engines.made) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
     assert wait_for(lambda: gc.get_freeze_count() > 0)
     assert engines.alive() == [False, True]
 
@@ -120,7 +128,9 @@ def test_the_heap_is_released_when_the_app_stops(repository: Path) -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_with_freeze_gc_heap_off_nothing_is_frozen(served: Callable[..., tuple[TestClient, WeakEngines]]) -> None:
+def test_with_freeze_gc_heap_off_nothing_is_frozen(
+    served: Callable[..., tuple[TestClient, WeakEngines]],
+) -> None:
     client, _ = served(freeze_gc_heap=False)
     assert gc.get_freeze_count() == 0
     assert client.post("/v2/repository/models/fake/load").status_code == 200

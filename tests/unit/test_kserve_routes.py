@@ -17,9 +17,12 @@ from tritonclient.utils import InferenceServerException
 from app.main import create_app
 from app.settings import Settings
 from tests.doubles import FakeEngine
-from tests.support.repository import write_model
+from tests.support.repository import EXPLICIT_CONTROL, write_model
 
-TWO_VERSIONS = 'version_policy: { all { } }\nparameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }'
+TWO_VERSIONS = (
+    "version_policy: { all { } }\n"
+    'parameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }'
+)
 
 
 @pytest.fixture
@@ -37,7 +40,9 @@ def engines() -> dict[str, FakeEngine]:
 
 
 @pytest.fixture
-def triton(two_model_repo: Path, engines: dict[str, FakeEngine]) -> Iterator[triton_http.InferenceServerClient]:
+def triton(
+    two_model_repo: Path, engines: dict[str, FakeEngine]
+) -> Iterator[triton_http.InferenceServerClient]:
     """A real uvicorn server (alpha loaded, beta not) and tritonclient's HTTP client on it."""
 
     def factory(spec):
@@ -45,7 +50,10 @@ def triton(two_model_repo: Path, engines: dict[str, FakeEngine]) -> Iterator[tri
         engines[f"{spec.name}/{spec.version}"] = engine
         return engine
 
-    app = create_app(Settings(model_repository=two_model_repo, models=["alpha"]), engine_factory=factory)
+    app = create_app(
+        Settings(model_repository=two_model_repo, models=["alpha"], **EXPLICIT_CONTROL),
+        engine_factory=factory,
+    )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -73,7 +81,10 @@ def test_tritonclient_health_and_metadata(triton: triton_http.InferenceServerCli
     inputs = {t["name"]: (t["datatype"], t["shape"]) for t in metadata["inputs"]}
     assert inputs["text_input"] == ("BYTES", [1]) and inputs["stream"] == ("BOOL", [1])
     outputs = {t["name"]: (t["datatype"], t["shape"]) for t in metadata["outputs"]}
-    assert outputs["cumulative_logprob"] == ("FP32", [-1]) and outputs["num_input_tokens"] == ("UINT32", [1])
+    assert outputs["cumulative_logprob"] == ("FP32", [-1]) and outputs["num_input_tokens"] == (
+        "UINT32",
+        [1],
+    )
     assert triton.get_model_metadata("alpha", "1")["versions"] == ["1"]
 
 
@@ -94,21 +105,25 @@ def test_tritonclient_repository_index_load_unload(
     assert index == [
         {"name": "alpha", "version": "1", "state": "READY"},
         {"name": "alpha", "version": "2", "state": "READY"},
-        {"name": "beta", "state": "UNAVAILABLE", "reason": "not loaded"},
+        {"name": "beta"},
     ]
     triton.load_model("beta")
     assert triton.is_model_ready("beta") and engines["beta/1"].started
     triton.unload_model("alpha")
     assert engines["alpha/1"].stopped and engines["alpha/2"].stopped
     assert not triton.is_model_ready("alpha")
-    states = {(e["name"], e.get("version")): e["state"] for e in triton.get_model_repository_index()}
+    states = {
+        (e["name"], e.get("version")): e["state"] for e in triton.get_model_repository_index()
+    }
     assert states == {("alpha", None): "UNAVAILABLE", ("beta", "1"): "READY"}
     with pytest.raises(InferenceServerException, match="no such model"):
         triton.load_model("gamma")
 
 
-def test_generate_after_unload_is_404_and_after_reload_works(make_client, two_model_repo: Path) -> None:
-    client: TestClient = make_client(FakeEngine(), two_model_repo)
+def test_generate_after_unload_is_404_and_after_reload_works(
+    make_client, two_model_repo: Path
+) -> None:
+    client: TestClient = make_client(FakeEngine(), two_model_repo, **EXPLICIT_CONTROL)
     assert client.post("/v2/repository/models/alpha/unload").status_code == 200
     response = client.post("/v2/models/alpha/generate", json={"text_input": "x"})
     assert response.status_code == 404 and "alpha" in response.json()["error"]
@@ -130,11 +145,13 @@ def test_index_filters_ready_models(client: TestClient) -> None:
 def test_unload_waits_for_running_requests(make_client, repository: Path) -> None:
     """A request admitted before the unload finishes; the engine stops only after it."""
     engine = FakeEngine(step_delay=0.05)
-    client: TestClient = make_client(engine)
+    client: TestClient = make_client(engine, **EXPLICIT_CONTROL)
     results: dict[str, object] = {}
 
     def run() -> None:
-        results["response"] = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 10}})
+        results["response"] = client.post(
+            "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 10}}
+        )
 
     worker = threading.Thread(target=run)
     worker.start()
@@ -143,12 +160,20 @@ def test_unload_waits_for_running_requests(make_client, repository: Path) -> Non
     assert client.post("/v2/repository/models/fake/unload").status_code == 200
     worker.join()
     response = results["response"]
-    assert response.status_code == 200 and response.json()["text_output"].endswith(".Hello from the fake")
+    assert response.status_code == 200 and response.json()["text_output"].endswith(
+        ".Hello from the fake"
+    )
     assert engine.stopped
 
 
 def test_multi_gpu_model_needs_kind_model(tmp_path: Path) -> None:
-    write_model(tmp_path, "big", config="instance_group [ { kind: KIND_GPU } ]", model="x", tensor_parallel_size=2)
+    write_model(
+        tmp_path,
+        "big",
+        config="instance_group [ { kind: KIND_GPU } ]",
+        model="x",
+        tensor_parallel_size=2,
+    )
     from app.errors import ModelConfigError
 
     with pytest.raises(ModelConfigError, match="KIND_MODEL"):
@@ -168,7 +193,14 @@ def test_images_reach_the_engine_decoded(make_client) -> None:
     engine = FakeEngine(supports_images=True)
     client: TestClient = make_client(engine)
     image = base64.b64encode(buffer.getvalue()).decode()
-    assert client.post("/v2/models/fake/generate", json={"text_input": "x", "image": [image]}).status_code == 200
+    assert (
+        client.post(
+            "/v2/models/fake/generate", json={"text_input": "x", "image": [image]}
+        ).status_code
+        == 200
+    )
     assert engine.requests[-1].images[0].size == (2, 3)
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "image": [image, "!!"]})
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "image": [image, "!!"]}
+    )
     assert response.status_code == 400 and response.json()["error"].startswith("image.1:")

@@ -1,9 +1,12 @@
 """The pieces of the multi-process mode without an engine: core hand-out and replacement,
-the merged metrics, the supervisor channel, overrides on the wire, the default count."""
+the merged metrics, the supervisor channel, overrides on the wire, the default count, the log
+file every frontend process shares."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import socket
 import threading
 from pathlib import Path, PurePosixPath
@@ -20,11 +23,14 @@ from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import EngineCores
 from app.multiprocess.link import WorkerLink, decode_override, encode_override
 from app.multiprocess.metrics import merge_expositions
+from app.observability.log_control import LOG_CONTROL
+from app.repository.instances import InstanceKind, ModelInstance
 from app.repository.overrides import ModelOverride
 from app.settings import Settings
-from app.supervisor import Supervisor
+from app.supervisor import Supervisor, core_host, run_worker
+from app.supervisor import core_key as supervisor_core_key
 
-KEY = ("m", "1", "start")
+KEY = ("m", "1", "start", "0")
 
 
 class FakeHost:
@@ -50,23 +56,38 @@ class FakeHost:
 class Hosts:
     def __init__(self) -> None:
         self.made: list[FakeHost] = []
+        self.placed: list[tuple[tuple[str, ...], dict[str, Any]]] = []
 
-    def __call__(self, name: str, version: str, engine_args: dict[str, Any], clients: int, run_dir: Path) -> FakeHost:
+    def __call__(
+        self,
+        key: tuple[str, str, str, str],
+        engine_args: dict[str, Any],
+        instance: dict[str, Any],
+        clients: int,
+        run_dir: Path,
+    ) -> FakeHost:
         host = FakeHost(clients)
         self.made.append(host)
+        self.placed.append((key, instance))
         return host
 
 
-async def test_workers_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_one(tmp_path: Path) -> None:
+async def test_workers_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_one(
+    tmp_path: Path,
+) -> None:
     hosts = Hosts()
     cores = EngineCores(2, tmp_path, hosts)
     first = await cores.acquire(KEY, {}, 0)
     second = await cores.acquire(KEY, {}, 1)
     assert len(hosts.made) == 1 and hosts.made[0].launched
     assert (first["index"], second["index"], first["epoch"]) == (0, 1, 1)
-    again = await cores.acquire(KEY, {}, 0)  # worker 0's engine restarted: the core cannot take it back
+    again = await cores.acquire(
+        KEY, {}, 0
+    )  # worker 0's engine restarted: the core cannot take it back
     assert len(hosts.made) == 2 and again["epoch"] == 2
-    assert hosts.made[0].notified and hosts.made[0].stopped  # worker 1's engine learns it must restart
+    assert (
+        hosts.made[0].notified and hosts.made[0].stopped
+    )  # worker 1's engine learns it must restart
     await cores.release(KEY, 1, 1)  # a release for the old core changes nothing
     assert not hosts.made[1].stopped
     await cores.stop_all()
@@ -83,7 +104,47 @@ async def test_a_core_stops_once_every_worker_released_it(tmp_path: Path) -> Non
     assert hosts.made[0].stopped
 
 
-async def test_a_dead_core_is_reported_to_its_clients_and_replaced_on_the_next_request(tmp_path: Path) -> None:
+async def test_a_release_of_the_old_core_during_a_replacement_does_not_count_against_the_new(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 gives back its slot of the old core while worker 0's fresh core launches: once
+    worker 1 joins the new core, worker 0 leaving it must not stop it under worker 1."""
+    launching, proceed = threading.Event(), threading.Event()
+
+    class SlowHosts(Hosts):
+        def __call__(self, *args: Any) -> FakeHost:
+            host = super().__call__(*args)
+            if len(self.made) == 2:  # the replacement: launches until told to go on
+
+                def slow_launch() -> None:
+                    launching.set()
+                    proceed.wait(10)
+                    host.launched = True
+
+                host.launch = slow_launch  # type: ignore[method-assign]
+            return host
+
+    hosts = SlowHosts()
+    cores = EngineCores(2, tmp_path, hosts)
+    for worker in (0, 1):
+        await cores.acquire(KEY, {}, worker)
+    replacing = asyncio.ensure_future(cores.acquire(KEY, {}, 0))  # worker 0 restarted
+    await asyncio.to_thread(launching.wait, 10)
+    old_release = asyncio.ensure_future(cores.release(KEY, 1, 1))
+    await asyncio.sleep(0.05)
+    proceed.set()
+    await replacing
+    await old_release
+    assert (await cores.acquire(KEY, {}, 1))["epoch"] == 2
+    await cores.release(KEY, 2, 0)
+    assert not hosts.made[1].stopped, "the core stopped while worker 1 still uses it"
+    await cores.release(KEY, 2, 1)
+    assert hosts.made[1].stopped
+
+
+async def test_a_dead_core_is_reported_to_its_clients_and_replaced_on_the_next_request(
+    tmp_path: Path,
+) -> None:
     hosts = Hosts()
     cores = EngineCores(2, tmp_path, hosts)
     await cores.acquire(KEY, {}, 0)
@@ -102,7 +163,7 @@ async def test_a_reload_gets_its_own_core_beside_the_old_one(tmp_path: Path) -> 
     hosts = Hosts()
     cores = EngineCores(1, tmp_path, hosts)
     await cores.acquire(KEY, {}, 0)
-    await cores.acquire(("m", "1", "0-reload"), {}, 0)
+    await cores.acquire(("m", "1", "0-reload", "0"), {}, 0)
     assert len(hosts.made) == 2 and not hosts.made[0].stopped
     await cores.release(KEY, 1, 0)
     assert hosts.made[0].stopped and not hosts.made[1].stopped
@@ -111,10 +172,16 @@ async def test_a_reload_gets_its_own_core_beside_the_old_one(tmp_path: Path) -> 
 
 def exposition(success: int, restarts: int, cache: float, latency: float) -> str:
     registry = CollectorRegistry()
-    Counter("nv_inference_request_success", "ok", ["model"], registry=registry).labels("m").inc(success)
-    Counter("server_engine_restarts", "restarts", ["model"], registry=registry).labels("m").inc(restarts)
+    Counter("nv_inference_request_success", "ok", ["model"], registry=registry).labels("m").inc(
+        success
+    )
+    Counter("server_engine_restarts", "restarts", ["model"], registry=registry).labels("m").inc(
+        restarts
+    )
     Gauge("vllm:gpu_cache_usage_perc", "cache", ["model"], registry=registry).labels("m").set(cache)
-    Histogram("ttft", "ttft", ["model"], buckets=[0.1, 1], registry=registry).labels("m").observe(latency)
+    Histogram("ttft", "ttft", ["model"], buckets=[0.1, 1], registry=registry).labels("m").observe(
+        latency
+    )
     return generate_latest(registry).decode()
 
 
@@ -179,7 +246,9 @@ async def test_a_gather_leaves_out_a_worker_gone_but_fails_on_one_that_failed() 
     supervisor = Supervisor.__new__(Supervisor)
     supervisor._channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}  # type: ignore[dict-item]
     assert await supervisor._gather("metrics") == ["a"]
-    supervisor._channels[2] = Answering(RemoteError("AttributeError", "no get_num_unfinished_requests"))  # type: ignore[assignment]
+    supervisor._channels[2] = Answering(
+        RemoteError("AttributeError", "no get_num_unfinished_requests")
+    )  # type: ignore[assignment]
     with pytest.raises(RemoteError, match="no get_num_unfinished_requests"):
         await supervisor._gather("metrics")
 
@@ -191,7 +260,9 @@ async def test_a_worker_answers_a_failed_gather_of_metrics_with_a_server_error()
         raise RemoteError("AttributeError", "no get_num_unfinished_requests")
 
     link._call = failing  # type: ignore[method-assign]
-    with pytest.raises(ServerError, match="a frontend process failed to report its metrics: no get_num_unfinished"):
+    with pytest.raises(
+        ServerError, match="a frontend process failed to report its metrics: no get_num_unfinished"
+    ):
         await link.metrics()
 
 
@@ -203,7 +274,9 @@ def test_a_load_override_crosses_to_the_other_processes_unchanged() -> None:
     assert decode_override(encode_override(None)) is None
 
 
-def test_frontend_processes_default_to_one_on_a_machine_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_frontend_processes_default_to_one_on_a_machine_without_a_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("FRONTEND_PROCESSES", raising=False)
     monkeypatch.setattr("app.settings.glob.glob", lambda pattern: [])
     assert Settings().frontend_process_count() == 1
@@ -212,3 +285,73 @@ def test_frontend_processes_default_to_one_on_a_machine_without_a_gpu(monkeypatc
     assert Settings().frontend_process_count() == 4
     monkeypatch.setenv("FRONTEND_PROCESSES", "3")
     assert Settings().frontend_process_count() == 3
+
+
+async def test_each_frontend_process_is_spawned_with_the_supervisors_log_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--log-file: the supervisor's log file goes to every frontend process it starts."""
+    spawned: list[tuple[Any, ...]] = []
+    read_end, write_end = os.pipe()
+
+    class Spawned:
+        sentinel = read_end
+
+        def start(self) -> None:
+            pass
+
+    class Context:
+        def Process(self, **options: Any) -> Spawned:
+            spawned.append(options["args"])
+            return Spawned()
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method: Context())
+    monkeypatch.setattr(LOG_CONTROL, "file", "/logs/server.log")
+    supervisor = Supervisor.__new__(Supervisor)
+    supervisor._processes = {}
+    settings = Settings()
+    try:
+        supervisor._spawn(0, settings, "supervisor.sock")
+    finally:
+        asyncio.get_running_loop().remove_reader(read_end)
+        os.close(read_end)
+        os.close(write_end)
+    assert spawned == [(0, settings, "supervisor.sock", "/logs/server.log")]
+
+
+def test_a_frontend_process_logs_to_the_file_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Configured(Exception):
+        pass
+
+    def configure_logs(settings: Settings, log_file: str = "") -> None:
+        raise Configured(log_file)
+
+    monkeypatch.setattr("app.main.configure_logs", configure_logs)
+    with pytest.raises(Configured, match=r"^/logs/server\.log$"):
+        run_worker(0, Settings(), "supervisor.sock", "/logs/server.log")
+
+
+async def test_each_instance_of_a_model_gets_its_own_core_placed_as_the_instance_is(
+    tmp_path: Path,
+) -> None:
+    hosts = Hosts()
+    cores = EngineCores(2, tmp_path, hosts)
+    placements = [ModelInstance(i, f"m_{i}", InstanceKind.CPU, cpus=(i,)) for i in (0, 1)]
+    for worker in (0, 1):
+        for instance in placements:
+            key = ("m", "1", "start", str(instance.index))
+            await cores.acquire(key, {}, worker, instance.to_json())
+    assert len(hosts.made) == 2, "one core per instance, shared by both workers"
+    assert hosts.placed == [
+        (("m", "1", "start", "0"), placements[0].to_json()),
+        (("m", "1", "start", "1"), placements[1].to_json()),
+    ]
+    await cores.stop_all()
+    host = core_host(("m", "1", "start", "1"), {"model": "x"}, placements[1].to_json(), 2, tmp_path)
+    assert host.spec.instance == placements[1]  # type: ignore[attr-defined]
+    assert supervisor_core_key({"model": "m", "version": "1", "load": "l", "instance": "1"}) == (
+        "m",
+        "1",
+        "l",
+        "1",
+    )

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.observability.access_log import configure_logging
+from app.observability.log_control import LOG_CONTROL, LogSettings
 from tests.doubles import FakeEngine
 from tests.support.repository import write_model
 
@@ -39,15 +39,21 @@ def test_request_id_is_returned_and_logged_with_model_and_tokens(
     assert "secret prompt" not in record.getMessage() and "prompt" not in fields
 
 
-def test_stream_is_logged_once_when_it_ends(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+def test_stream_is_logged_once_when_it_ends(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="app.access")
-    response = client.post("/v2/models/fake/generate_stream", json={"text_input": "x", "parameters": {"max_tokens": 4}})
+    response = client.post(
+        "/v2/models/fake/generate_stream", json={"text_input": "x", "parameters": {"max_tokens": 4}}
+    )
     assert len(response.headers["x-request-id"]) == 32
     (record,) = [r for r in access_lines(caplog) if r.access["path"].endswith("generate_stream")]
     assert record.access["generated_tokens"] == 4
 
 
-def test_prompts_are_logged_only_when_enabled(make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture) -> None:
+def test_prompts_are_logged_only_when_enabled(
+    make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="app.access")
     client = make_client(FakeEngine(), log_prompts=True)
     client.post("/v2/models/fake/generate", json={"text_input": "visible prompt"})
@@ -55,13 +61,16 @@ def test_prompts_are_logged_only_when_enabled(make_client: Callable[..., TestCli
 
 
 def test_json_log_format_writes_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging("info", "json")
+    LOG_CONTROL.configure(LogSettings(format="json"))
     try:
-        logging.getLogger("app.access").info("ignored", extra={"access": {"request_id": "r1", "status": 200}})
+        logging.getLogger("app.access").info(
+            "ignored", extra={"access": {"request_id": "r1", "status": 200}}
+        )
         line = capsys.readouterr().err.strip().splitlines()[-1]
         data = json.loads(line)
         assert data["request_id"] == "r1" and data["status"] == 200 and data["levelname"] == "INFO"
     finally:
+        LOG_CONTROL.apply(LogSettings())
         logging.getLogger().handlers.clear()
 
 
@@ -82,9 +91,15 @@ def test_http_metrics_use_route_templates_not_raw_paths(client: TestClient) -> N
     assert samples[("/v2/models/{model_name}/generate", "404")] == 1
 
 
-def test_health_check_runs_before_each_request_when_enabled(make_client: Callable[..., TestClient], tmp_path: Path) -> None:
+def test_health_check_runs_before_each_request_when_enabled(
+    make_client: Callable[..., TestClient], tmp_path: Path
+) -> None:
     root = tmp_path / "hc"
-    write_model(root, "fake", config='parameters: { key: "ENABLE_VLLM_HEALTH_CHECK" value: { string_value: "true" } }')
+    write_model(
+        root,
+        "fake",
+        config='parameters: { key: "ENABLE_VLLM_HEALTH_CHECK" value: { string_value: "true" } }',
+    )
     engine = FakeEngine()
     calls: list[int] = []
     original = engine.check_health
@@ -96,7 +111,9 @@ def test_health_check_runs_before_each_request_when_enabled(make_client: Callabl
     engine.check_health = counting_check  # type: ignore[method-assign]
     client = make_client(engine, root)
     assert client.post("/v2/models/fake/generate", json={"text_input": "x"}).status_code == 200
-    assert client.post("/v2/models/fake/generate_stream", json={"text_input": "x"}).status_code == 200
+    assert (
+        client.post("/v2/models/fake/generate_stream", json={"text_input": "x"}).status_code == 200
+    )
     assert len(calls) == 2
     engine.healthy = False
     response = client.post("/v2/models/fake/generate", json={"text_input": "x"})
@@ -104,7 +121,9 @@ def test_health_check_runs_before_each_request_when_enabled(make_client: Callabl
     assert client.get("/v2/models/fake/ready").status_code == 503
 
 
-def test_load_gauges_report_admitted_and_engine_held_requests(client: TestClient, engine: FakeEngine) -> None:
+def test_load_gauges_report_admitted_and_engine_held_requests(
+    client: TestClient, engine: FakeEngine
+) -> None:
     def gauges() -> dict[str, float]:
         text = client.get("/metrics").text
         return {

@@ -4,6 +4,7 @@ errors as the server's, and the guarded engine client vLLM's serving classes run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from pathlib import Path
@@ -14,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vllm import SamplingParams
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
+from app.engine.openai_bodies import parse
 from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
 from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
-from app.engine.openai_bodies import parse
 from app.engine.openai_serving import GuardedEngineClient, as_server_error
 from app.engine.vllm_engine import VllmEngine
 from app.errors import (
@@ -38,7 +39,8 @@ from tests.support.repository import write_model
 
 def spec_with(tmp_path: Path, parameters: dict[str, str], **engine_args: Any):
     entries = "\n".join(
-        f'parameters: {{ key: "{key}" value: {{ string_value: \'{value}\' }} }}' for key, value in parameters.items()
+        f"parameters: {{ key: \"{key}\" value: {{ string_value: '{value}' }} }}"
+        for key, value in parameters.items()
     )
     write_model(tmp_path / "repo", "m", config=entries, **(engine_args or {"model": str(tmp_path)}))
     (spec,) = load_repository(tmp_path / "repo")
@@ -78,17 +80,34 @@ def test_chat_template_files_are_found_from_the_model_folder(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("parameters", "message"),
     [
-        ({"OPENAI_TOOL_PARSER": "hermes"}, "unknown parameter 'OPENAI_TOOL_PARSER' (did you mean 'OPENAI_TOOL_CALL_PARSER'?)"),
+        (
+            {"OPENAI_TOOL_PARSER": "hermes"},
+            "unknown parameter 'OPENAI_TOOL_PARSER' (did you mean 'OPENAI_TOOL_CALL_PARSER'?)",
+        ),
         ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "maybe"}, "parameter 'OPENAI_ENABLE_AUTO_TOOL_CHOICE'"),
-        ({"OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT": "xml"}, "parameter 'OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT'"),
-        ({"OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS": "{bad"}, "parameter 'OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS'"),
-        ({"OPENAI_TOOL_CALL_PARSER": "no_such_parser"}, "no tool-call parser 'no_such_parser' (known: "),
-        ({"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "true"}, "OPENAI_ENABLE_AUTO_TOOL_CHOICE needs OPENAI_TOOL_CALL_PARSER"),
+        (
+            {"OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT": "xml"},
+            "parameter 'OPENAI_CHAT_TEMPLATE_CONTENT_FORMAT'",
+        ),
+        (
+            {"OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS": "{bad"},
+            "parameter 'OPENAI_DEFAULT_CHAT_TEMPLATE_KWARGS'",
+        ),
+        (
+            {"OPENAI_TOOL_CALL_PARSER": "no_such_parser"},
+            "no tool-call parser 'no_such_parser' (known: ",
+        ),
+        (
+            {"OPENAI_ENABLE_AUTO_TOOL_CHOICE": "true"},
+            "OPENAI_ENABLE_AUTO_TOOL_CHOICE needs OPENAI_TOOL_CALL_PARSER",
+        ),
     ],
 )
-def test_bad_options_fail_when_the_engine_is_made(tmp_path: Path, parameters: dict[str, str], message: str) -> None:
+def test_bad_options_fail_when_the_engine_is_made(
+    tmp_path: Path, parameters: dict[str, str], message: str
+) -> None:
     spec = spec_with(tmp_path, parameters)
-    with pytest.raises(ModelConfigError, match="config.pbtxt") as raised:
+    with pytest.raises(ModelConfigError, match=r"config\.pbtxt") as raised:
         VllmEngine(spec)
     assert message in str(raised.value)
 
@@ -96,17 +115,28 @@ def test_bad_options_fail_when_the_engine_is_made(tmp_path: Path, parameters: di
 def test_one_reasoning_parser_for_engine_and_api(tmp_path: Path) -> None:
     options = OpenAIOptions(reasoning_parser="deepseek_r1")
     assert engine_reasoning_parser(options, {}, tmp_path) == "deepseek_r1"
-    assert engine_reasoning_parser(OpenAIOptions(), {"reasoning_parser": "qwen3"}, tmp_path) == "qwen3"
+    assert (
+        engine_reasoning_parser(OpenAIOptions(), {"reasoning_parser": "qwen3"}, tmp_path) == "qwen3"
+    )
     with pytest.raises(ModelConfigError, match="differs"):
         engine_reasoning_parser(options, {"reasoning_parser": "qwen3"}, tmp_path)
 
 
 @pytest.mark.parametrize(
     ("status", "error"),
-    [(400, InvalidRequestError), (404, ModelNotFoundError), (501, NotSupportedError),
-     (503, OverloadedError), (504, RequestTimeoutError), (500, ServerError), (418, InvalidRequestError)],
+    [
+        (400, InvalidRequestError),
+        (404, ModelNotFoundError),
+        (501, NotSupportedError),
+        (503, OverloadedError),
+        (504, RequestTimeoutError),
+        (500, ServerError),
+        (418, InvalidRequestError),
+    ],
 )
-def test_vllm_error_responses_become_the_servers_errors(status: int, error: type[ServerError]) -> None:
+def test_vllm_error_responses_become_the_servers_errors(
+    status: int, error: type[ServerError]
+) -> None:
     response = create_error_response("boom", status_code=HTTPStatus(status), param="top_k")
     converted = as_server_error(response)
     assert type(converted) is error and converted.message == "boom" and converted.param == "top_k"
@@ -117,7 +147,10 @@ def test_bodies_are_read_by_vllms_models_with_the_field_named() -> None:
         parse(CompletionRequest, {"prompt": "x", "max_tokens": "many"})
     assert raised.value.param == "max_tokens" and raised.value.message.startswith("max_tokens:")
     with pytest.raises(InvalidRequestError) as raised:  # a vLLM validator raising its own error
-        parse(ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})
+        parse(
+            ChatCompletionRequest,
+            {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+        )
     assert raised.value.param == "tool_choice"
 
 
@@ -129,7 +162,11 @@ CHAT = {"messages": [{"role": "user", "content": "x"}]}
     [
         (CompletionRequest, {"prompt": "x", "structured_outputs": []}, "structured_outputs"),
         (ChatCompletionRequest, {**CHAT, "structured_outputs": ["a"]}, "structured_outputs"),
-        (ChatCompletionRequest, {**CHAT, "tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": "x"}, "tools"),
+        (
+            ChatCompletionRequest,
+            {**CHAT, "tool_choice": {"type": "function", "function": {"name": "f"}}, "tools": "x"},
+            "tools",
+        ),
         (ChatCompletionRequest, {**CHAT, "response_format": [1]}, "response_format"),
     ],
 )
@@ -152,13 +189,17 @@ class FakeLLM:
         self.started: list[str] = []
         self.closed: list[str] = []
 
-    async def generate(self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
+    async def generate(
+        self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         self.started.append(request_id)
         try:
             for step in range(self.steps):
                 await asyncio.sleep(self.delay)
                 output = SimpleNamespace(token_ids=[step], text="x")
-                yield SimpleNamespace(prompt_token_ids=[1, 2] if step == 0 else None, outputs=[output])
+                yield SimpleNamespace(
+                    prompt_token_ids=[1, 2] if step == 0 else None, outputs=[output]
+                )
         finally:
             self.closed.append(request_id)
 
@@ -186,7 +227,9 @@ async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitt
 async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestOutputKind) -> None:
     llm = FakeLLM(steps=100, delay=0.02)
     guard = RequestGuard("admitted", RequestLimits(), timeout_seconds=0.1)
-    outputs = GuardedEngineClient(llm, guard, {}).generate("x", SamplingParams(output_kind=kind), "r")
+    outputs = GuardedEngineClient(llm, guard, {}).generate(
+        "x", SamplingParams(output_kind=kind), "r"
+    )
     if kind is RequestOutputKind.DELTA:  # streaming: ends quietly, the frontend reports it
         assert 1 <= len([o async for o in outputs]) < 100
     else:
@@ -219,10 +262,18 @@ async def test_abort_reaches_the_engine_requests_of_an_admitted_request(tmp_path
     assert aborted == [["admitted", "cmpl-x-0"], ["triton-id"]]
 
 
-SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2) | st.sampled_from(["", "a", "auto"])
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(-2, 2)
+    | st.sampled_from(["", "a", "auto"])
+)
 KEYS = st.sampled_from(["type", "name", "json", "a"])
 JSON = st.recursive(
-    SCALARS, lambda children: st.lists(children, max_size=3) | st.dictionaries(KEYS, children, max_size=3), max_leaves=6
+    SCALARS,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(KEYS, children, max_size=3),
+    max_leaves=6,
 )
 
 
@@ -236,13 +287,81 @@ def bodies(request_class: Any, required: dict[str, Any]) -> st.SearchStrategy[di
     ("request_class", "required"),
     [(CompletionRequest, {"prompt": "x"}), (ChatCompletionRequest, CHAT)],
 )
-def test_any_json_in_any_field_is_read_or_refused_with_a_400(request_class: Any, required: dict[str, Any]) -> None:
+def test_any_json_in_any_field_is_read_or_refused_with_a_400(
+    request_class: Any, required: dict[str, Any]
+) -> None:
     @given(body=bodies(request_class, required))
     @settings(max_examples=400, deadline=None, derandomize=True, database=None)
     def check(body: dict[str, Any]) -> None:
-        try:
+        with contextlib.suppress(InvalidRequestError):
             parse(request_class, body)
-        except InvalidRequestError:
-            pass
 
     check()
+
+
+class FailingLLM(FakeLLM):
+    """The engine ends every request at once with vLLM's finish reason "error"."""
+
+    async def generate(
+        self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        self.started.append(request_id)
+        yield SimpleNamespace(
+            prompt_token_ids=[1],
+            finished=True,
+            outputs=[SimpleNamespace(token_ids=[], finish_reason="error")],
+        )
+
+
+class RefusingCheck:
+    """A grammar check that refuses every grammar (as the compiler refuses a broken one)."""
+
+    async def check(self, params: Any, field: str) -> None:
+        raise InvalidRequestError(
+            "structured_outputs: the engine cannot use this grammar: broken",
+            param="structured_outputs",
+        )
+
+
+class PassingCheck:
+    async def check(self, params: Any, field: str) -> None:
+        return None
+
+
+JSON_GRAMMAR = StructuredOutputsParams(json={"type": "object"})
+
+
+@pytest.mark.parametrize("kind", [RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY])
+async def test_a_refused_grammar_never_reaches_the_engine(
+    monkeypatch: pytest.MonkeyPatch, kind: RequestOutputKind
+) -> None:
+    monkeypatch.setattr("app.engine.openai_serving.grammar_check", lambda llm: RefusingCheck())
+    llm, guard = FakeLLM(), RequestGuard("admitted", RequestLimits())
+    client = GuardedEngineClient(llm, guard, {})
+    outputs = client.generate(
+        "x", SamplingParams(structured_outputs=JSON_GRAMMAR, output_kind=kind), "r"
+    )
+    with pytest.raises(InvalidRequestError, match="broken"):  # a stream starts only after it
+        await client.grammars_checked()
+    if kind is RequestOutputKind.DELTA:  # streaming: ends quietly, the frontend reports it
+        assert [o async for o in outputs] == []
+    else:
+        with pytest.raises(InvalidRequestError, match="broken"):
+            [o async for o in outputs]
+    assert isinstance(guard.failure, InvalidRequestError) and llm.started == []
+
+
+async def test_an_engine_error_on_a_grammar_is_the_clients_and_without_one_the_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("app.engine.openai_serving.grammar_check", lambda llm: PassingCheck())
+    client = GuardedEngineClient(FailingLLM(), RequestGuard("admitted", RequestLimits()), {})
+    outputs = client.generate("x", SamplingParams(structured_outputs=JSON_GRAMMAR), "r")
+    with pytest.raises(InvalidRequestError) as raised:
+        [o async for o in outputs]
+    assert raised.value.param == "structured_outputs"
+    assert raised.value.message.startswith(
+        "structured_outputs: the engine could not use this grammar"
+    )
+    unstructured = [o async for o in client.generate("x", SamplingParams(), "s")]
+    assert unstructured[0].outputs[0].finish_reason == "error"  # vLLM's serving code answers 500

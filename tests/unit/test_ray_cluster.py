@@ -21,7 +21,9 @@ from tests.support.repository import write_model
 from tests.support.waiting import eventually
 
 ADDRESS = "10.0.0.5:6379"
-LOCAL_MODEL = str(Path(__file__).parent)  # an existing folder: vLLM never looks a local path up on a hub
+LOCAL_MODEL = str(
+    Path(__file__).parent
+)  # an existing folder: vLLM never looks a local path up on a hub
 POLL = 0.01
 
 
@@ -47,8 +49,13 @@ class ScriptedCluster:
 
     def group(self, devices: int = 2) -> RayGroup:
         return RayGroup(
-            ADDRESS, devices, "GPU", poll_seconds=POLL,
-            capacity=self.capacity, connect=self.connect, disconnect=self.disconnect,
+            ADDRESS,
+            devices,
+            "GPU",
+            poll_seconds=POLL,
+            capacity=self.capacity,
+            connect=self.connect,
+            disconnect=self.disconnect,
         )
 
 
@@ -91,7 +98,9 @@ async def test_a_lost_node_makes_it_unready_until_the_group_is_whole_again() -> 
     await group.start()
     cluster.gpus = 1
     assert await eventually(lambda: not group.is_whole)
-    with pytest.raises(EngineUnhealthyError, match=f"Ray cluster {ADDRESS} offers 1 of the 2 GPU the model needs"):
+    with pytest.raises(
+        EngineUnhealthyError, match=f"Ray cluster {ADDRESS} offers 1 of the 2 GPU the model needs"
+    ):
         group.check()
     rejoined = asyncio.create_task(group.wait_whole())
     await asyncio.sleep(10 * POLL)
@@ -139,7 +148,11 @@ async def test_the_last_group_of_the_process_disconnects() -> None:
 async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole() -> None:
     from app.engine.vllm_engine import VllmEngine
 
-    engine_args = {"model": LOCAL_MODEL, "distributed_executor_backend": "ray", "pipeline_parallel_size": 2}
+    engine_args = {
+        "model": LOCAL_MODEL,
+        "distributed_executor_backend": "ray",
+        "pipeline_parallel_size": 2,
+    }
     engine = VllmEngine(ModelSpec("m", "1", Path("."), engine_args), ray_address=ADDRESS)
     assert isinstance(engine._group, RayGroup) and engine._group.devices == 2
     cluster = ScriptedCluster(gpus=2)
@@ -175,7 +188,10 @@ def test_only_ray_engines_with_a_known_address_watch_a_group() -> None:
     assert isinstance(engine_group(args(), ADDRESS), LocalGroup)
     assert isinstance(engine_group(args(distributed_executor_backend="mp"), ADDRESS), LocalGroup)
     assert isinstance(engine_group(args(distributed_executor_backend="ray"), None), LocalGroup)
-    group = engine_group(args(distributed_executor_backend="ray", tensor_parallel_size=8, pipeline_parallel_size=2), ADDRESS)
+    group = engine_group(
+        args(distributed_executor_backend="ray", tensor_parallel_size=8, pipeline_parallel_size=2),
+        ADDRESS,
+    )
     assert isinstance(group, RayGroup)
     assert (group.address, group.devices, group.resource) == (ADDRESS, 16, "GPU")
     os.environ["RAY_ADDRESS"] = "10.0.0.6:6379"
@@ -191,8 +207,14 @@ def test_ray_address_setting_reads_ray_address(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_pipeline_parallel_alone_needs_kind_model(tmp_path: Path) -> None:
-    write_model(tmp_path, "big", config="instance_group [ { kind: KIND_GPU } ]", model="x",
-                pipeline_parallel_size=2, distributed_executor_backend="ray")
+    write_model(
+        tmp_path,
+        "big",
+        config="instance_group [ { kind: KIND_GPU } ]",
+        model="x",
+        pipeline_parallel_size=2,
+        distributed_executor_backend="ray",
+    )
     with pytest.raises(ModelConfigError, match="KIND_MODEL"):
         load_repository(tmp_path)
     (tmp_path / "big" / "config.pbtxt").write_text("instance_group [ { kind: KIND_MODEL } ]")
@@ -200,9 +222,19 @@ def test_pipeline_parallel_alone_needs_kind_model(tmp_path: Path) -> None:
     assert spec.engine_args["distributed_executor_backend"] == "ray"
 
 
-def test_a_ray_model_without_ray_installed_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_model(tmp_path, "big", config="instance_group [ { kind: KIND_MODEL } ]", model="x",
-                pipeline_parallel_size=2, distributed_executor_backend="ray")
+def test_a_ray_model_without_ray_installed_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_model(
+        tmp_path,
+        "big",
+        config="instance_group [ { kind: KIND_MODEL } ]",
+        model="x",
+        pipeline_parallel_size=2,
+        distributed_executor_backend="ray",
+    )
     monkeypatch.setattr(engine_args.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ModelConfigError, match=r"model.json: distributed_executor_backend 'ray' needs Ray"):
+    with pytest.raises(
+        ModelConfigError, match=r"model.json: distributed_executor_backend 'ray' needs Ray"
+    ):
         load_repository(tmp_path, check_engine_args=engine_args.vllm_engine_args)

@@ -20,7 +20,7 @@ from app.schemas.generate import GenerateRequest
 from app.triton.inputs import StreamPolicy, triton_request
 from app.triton.outputs import ResponseBuilder
 from tests.doubles import FakeEngine
-from tests.support.repository import write_model
+from tests.support.repository import EXPLICIT_CONTROL, write_model
 from tests.support.waiting import wait_until
 
 SLOW = {"text_input": "x", "parameters": {"max_tokens": 40}}
@@ -45,7 +45,9 @@ class AnsweredError(Exception):
         self.status_code = status_code
 
 
-def test_overload_answers_503_with_retry_after_at_once(make_client: Callable[..., TestClient]) -> None:
+def test_overload_answers_503_with_retry_after_at_once(
+    make_client: Callable[..., TestClient],
+) -> None:
     engine = FakeEngine(step_delay=0.02)
     client = make_client(engine, max_pending_requests=2)
     workers = [in_background(client, "/v2/models/fake/generate", SLOW) for _ in range(2)]
@@ -78,20 +80,32 @@ def test_body_size_limit_answers_413(make_client: Callable[..., TestClient]) -> 
 
 def test_max_tokens_and_n_limits(make_client: Callable[..., TestClient]) -> None:
     client = make_client(FakeEngine(), max_tokens_limit=100, max_n=2)
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 101}})
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 101}}
+    )
     assert response.status_code == 400
-    assert response.json()["error"] == "parameters.max_tokens: 101 is above this server's limit of 100"
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"n": 3, "temperature": 1}})
+    assert (
+        response.json()["error"] == "parameters.max_tokens: 101 is above this server's limit of 100"
+    )
+    response = client.post(
+        "/v2/models/fake/generate",
+        json={"text_input": "x", "parameters": {"n": 3, "temperature": 1}},
+    )
     assert response.status_code == 400 and "parameters.n" in response.json()["error"]
 
 
 def test_request_timeout_aborts_and_reports(make_client: Callable[..., TestClient]) -> None:
     engine = FakeEngine(step_delay=0.05)
     client = make_client(engine, request_timeout_seconds=0.3)
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 1000}})
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 1000}}
+    )
     assert response.status_code == 504
     assert response.json() == {"error": "Request timed out after 0.3 s and was aborted"}
-    response = client.post("/v2/models/fake/generate_stream", json={"text_input": "x", "parameters": {"max_tokens": 1000}})
+    response = client.post(
+        "/v2/models/fake/generate_stream",
+        json={"text_input": "x", "parameters": {"max_tokens": 1000}},
+    )
     last = json.loads(response.text.strip().split("\n\n")[-1].removeprefix("data: "))
     assert last == {"error": "Request timed out after 0.3 s and was aborted"}
     assert not engine.active and len(engine.aborted) == 2
@@ -99,13 +113,17 @@ def test_request_timeout_aborts_and_reports(make_client: Callable[..., TestClien
 
 async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Path) -> None:
     engine = FakeEngine(step_delay=0.01)
-    registry = ModelRegistry(repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=0.3))
+    registry = ModelRegistry(
+        repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=0.3)
+    )
     await registry.start()
     model = registry.get("fake")
 
     async def run(max_tokens: int) -> object:
         """The /generate response for `max_tokens`, or the error as HTTP would answer it."""
-        body = GenerateRequest.model_validate({"text_input": "x", "parameters": {"max_tokens": max_tokens}})
+        body = GenerateRequest.model_validate(
+            {"text_input": "x", "parameters": {"max_tokens": max_tokens}}
+        )
         request = triton_request(body, model, StreamPolicy(default=False))
         try:
             async for chunk in GenerationService().generate(model, request.generation):
@@ -136,10 +154,14 @@ def test_api_keys(make_client: Callable[..., TestClient]) -> None:
     missing = client.post("/v2/models/fake/generate", json=body)
     assert missing.status_code == 401 and "API key" in missing.json()["error"]
     assert missing.headers["www-authenticate"] == "Bearer"
-    wrong = client.post("/v2/models/fake/generate", json=body, headers={"Authorization": "Bearer nope"})
+    wrong = client.post(
+        "/v2/models/fake/generate", json=body, headers={"Authorization": "Bearer nope"}
+    )
     assert wrong.status_code == 401
     for key in ("k1", "k2"):
-        ok = client.post("/v2/models/fake/generate", json=body, headers={"Authorization": f"Bearer {key}"})
+        ok = client.post(
+            "/v2/models/fake/generate", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
         assert ok.status_code == 200
     assert client.get("/v2/models/fake").status_code == 401
     assert client.get("/v2/health/ready").status_code == 200
@@ -147,7 +169,9 @@ def test_api_keys(make_client: Callable[..., TestClient]) -> None:
 
 
 def test_health_and_metrics_can_be_closed_too(make_client: Callable[..., TestClient]) -> None:
-    client = make_client(FakeEngine(), api_keys=["k"], auth_open_health=False, auth_open_metrics=False)
+    client = make_client(
+        FakeEngine(), api_keys=["k"], auth_open_health=False, auth_open_metrics=False
+    )
     assert client.get("/v2/health/live").status_code == 401
     assert client.get("/metrics").status_code == 401
     assert client.get("/v2/health/live", headers={"Authorization": "Bearer k"}).status_code == 200
@@ -159,35 +183,63 @@ def test_cors_allow_list(make_client: Callable[..., TestClient]) -> None:
     allowed = client.options("/v2/models/fake/generate", headers=preflight)
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == "https://ui.example"
-    other = client.options("/v2/models/fake/generate", headers={**preflight, "Origin": "https://evil.example"})
+    other = client.options(
+        "/v2/models/fake/generate", headers={**preflight, "Origin": "https://evil.example"}
+    )
     assert "access-control-allow-origin" not in other.headers
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x"}, headers={"Origin": "https://ui.example"})
+    response = client.post(
+        "/v2/models/fake/generate",
+        json={"text_input": "x"},
+        headers={"Origin": "https://ui.example"},
+    )
     assert response.headers["access-control-allow-origin"] == "https://ui.example"
 
 
 @pytest.mark.parametrize("name", ["../fake", "..", "fake/../../etc", "%2e%2e"])
-def test_model_names_never_reach_the_file_system(client: TestClient, name: str) -> None:
+def test_model_names_never_reach_the_file_system(
+    make_client: Callable[..., TestClient], name: str
+) -> None:
+    client = make_client(FakeEngine(), **EXPLICIT_CONTROL)
     response = client.post(f"/v2/repository/models/{name}/load")
     assert response.status_code in (400, 404)
     assert set(response.json()) == {"error"}
 
 
 @pytest.mark.parametrize(
-    "parameter", [{"model": "other"}, {"max_model_len": 10}, {"enforce_eager": False}, {"output_kind": 2},
-                  {"detokenize": False}, {"extra_args": {"x": 1}}],
+    "parameter",
+    [
+        {"model": "other"},
+        {"max_model_len": 10},
+        {"enforce_eager": False},
+        {"output_kind": 2},
+        {"detokenize": False},
+        {"extra_args": {"x": 1}},
+    ],
 )
 def test_requests_cannot_set_engine_arguments(client: TestClient, parameter: dict) -> None:
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": parameter})
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "parameters": parameter}
+    )
     assert response.status_code == 400 and next(iter(parameter)) in response.json()["error"]
 
 
-def test_lora_paths_come_only_from_the_repository(make_client: Callable[..., TestClient], tmp_path: Path) -> None:
+def test_lora_paths_come_only_from_the_repository(
+    make_client: Callable[..., TestClient], tmp_path: Path
+) -> None:
     root = tmp_path / "lora"
     version_dir = write_model(root, "fake", model="x", enable_lora=True)
     (version_dir / "multi_lora.json").write_text(json.dumps({"a": "adapters/a"}))
     engine = FakeEngine()
     client = make_client(engine, root)
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"lora_name": "/etc/passwd"}})
+    response = client.post(
+        "/v2/models/fake/generate",
+        json={"text_input": "x", "parameters": {"lora_name": "/etc/passwd"}},
+    )
     assert response.status_code == 400 and "not supported" in response.json()["error"]
-    assert client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"lora_name": "a"}}).status_code == 200
+    assert (
+        client.post(
+            "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"lora_name": "a"}}
+        ).status_code
+        == 200
+    )
     assert engine.requests[-1].lora.path == version_dir / "adapters" / "a"

@@ -16,6 +16,7 @@ from app.repository.layout import ModelSpec
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.clients import started_clients
+from tests.support.repository import EXPLICIT_CONTROL
 from tests.support.waiting import wait_for
 
 BODY = {"text_input": "x", "parameters": {"max_tokens": 2}}
@@ -45,15 +46,23 @@ def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Engines
 
         def build(**settings: object) -> tuple[TestClient, Engines]:
             engines = Engines()
-            settings = {"engine_probe_interval_seconds": 0, **settings}
-            return start(create_app(Settings(model_repository=repository, **settings), engine_factory=engines)), engines
+            settings = {"engine_probe_interval_seconds": 0, **EXPLICIT_CONTROL, **settings}
+            return start(
+                create_app(
+                    Settings(model_repository=repository, **settings), engine_factory=engines
+                )
+            ), engines
 
         yield build
 
 
-def load_in_background(client: TestClient, body: dict | None = None) -> tuple[threading.Thread, dict]:
+def load_in_background(
+    client: TestClient, body: dict | None = None
+) -> tuple[threading.Thread, dict]:
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("response", client.post(LOAD, json=body)))
+    thread = threading.Thread(
+        target=lambda: result.setdefault("response", client.post(LOAD, json=body))
+    )
     thread.start()
     return thread, result
 
@@ -104,7 +113,9 @@ def test_a_reload_with_a_broken_model_json_keeps_the_old_engine_serving(
     assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
 
 
-def test_an_in_place_reload_answers_503_meanwhile_never_404(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+def test_an_in_place_reload_answers_503_meanwhile_never_404(
+    served: Callable[..., tuple[TestClient, Engines]],
+) -> None:
     client, engines = served(reload_in_place=True)
     engines.next_options = {"start_delay": 0.5}
     thread, result = load_in_background(client)
@@ -116,23 +127,39 @@ def test_an_in_place_reload_answers_503_meanwhile_never_404(served: Callable[...
     assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
 
 
-def test_a_config_override_replaces_config_pbtxt_for_this_load(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+def test_a_config_override_replaces_config_pbtxt_for_this_load(
+    served: Callable[..., tuple[TestClient, Engines]],
+) -> None:
     client, engines = served()
     config = {"backend": "vllm", "parameters": {"APPLY_CHAT_TEMPLATE": {"string_value": "true"}}}
     assert client.post(LOAD, json={"parameters": {"config": json.dumps(config)}}).status_code == 200
-    assert client.get("/v2/models/fake/config").json()["parameters"] == {"APPLY_CHAT_TEMPLATE": {"string_value": "true"}}
+    assert client.get("/v2/models/fake/config").json()["parameters"] == {
+        "APPLY_CHAT_TEMPLATE": {"string_value": "true"}
+    }
     client.post("/v2/models/fake/generate", json={"text_input": "hi"})
     assert engines.engines[-1].requests[-1].prompt == "<user>hi</user><assistant>"
     assert engines.made[-1][0].engine_args == {"model": "fake-model"}
 
 
-def test_file_overrides_replace_the_model_folder(served: Callable[..., tuple[TestClient, Engines]]) -> None:
+def test_file_overrides_replace_the_model_folder(
+    served: Callable[..., tuple[TestClient, Engines]],
+) -> None:
     client, engines = served()
-    model_json = base64.b64encode(json.dumps({"model": "other-model", "max_model_len": 64}).encode()).decode()
-    body = {"parameters": {"config": "{}", "file:1/model.json": model_json}}
+    model_json = base64.b64encode(
+        json.dumps({"model": "other-model", "max_model_len": 64}).encode()
+    ).decode()
+    weights = base64.b64encode(b"{}").decode()
+    body = {
+        "parameters": {
+            "config": "{}",
+            "file:1/model.json": model_json,
+            "file:1/other-model/config.json": weights,
+        }
+    }
     assert client.post(LOAD, json=body).status_code == 200
     spec = engines.made[-1][0]
-    assert spec.engine_args == {"model": "other-model", "max_model_len": 64} and spec.version == "1"
+    assert spec.engine_args["max_model_len"] == 64 and spec.version == "1"
+    assert spec.engine_args["model"].endswith("/fake/1/other-model")
     assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
 
 
@@ -144,8 +171,14 @@ def test_file_overrides_replace_the_model_folder(served: Callable[..., tuple[Tes
         ({"config": json.dumps({"no_such_field": 1})}, "Invalid config override: "),
         ({"config": 5}, "invalid value type for load parameter 'config'"),
         ({"file:1/model.json": "e30="}, "need the 'config' parameter"),
-        ({"config": "{}", "file:../../etc/passwd": "e30="}, "the path must stay inside the model folder"),
-        ({"config": "{}", "file:1/model.json": "not base64!"}, "parameters.file:1/model.json: not base64"),
+        (
+            {"config": "{}", "file:../../etc/passwd": "e30="},
+            "the path must stay inside the model folder",
+        ),
+        (
+            {"config": "{}", "file:1/model.json": "not base64!"},
+            "parameters.file:1/model.json: not base64",
+        ),
     ],
 )
 def test_bad_overrides_are_a_400_naming_the_parameter(

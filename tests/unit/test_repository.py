@@ -23,7 +23,11 @@ def test_default_repository_serves_smollm2() -> None:
 
 def test_unknown_engine_argument_is_a_clear_start_up_error(tmp_path: Path) -> None:
     write_model(tmp_path, "m", model="x", max_model_length=5)
-    with pytest.raises(ModelConfigError, match=r"unknown vLLM engine arguments: 'max_model_length' \(did you mean 'max_model_len'\?\)"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"unknown vLLM engine arguments: 'max_model_length' "
+        r"\(did you mean 'max_model_len'\?\)",
+    ):
         load_repository(tmp_path, check_engine_args=vllm_engine_args)
 
 
@@ -41,7 +45,7 @@ def test_model_id_that_is_not_a_path_is_passed_unchanged(tmp_path: Path) -> None
 
 def test_missing_model_json_and_bad_json_are_named(tmp_path: Path) -> None:
     (tmp_path / "m" / "1").mkdir(parents=True)
-    with pytest.raises(ModelConfigError, match="model.json is missing"):
+    with pytest.raises(ModelConfigError, match=r"model\.json is missing"):
         load_repository(tmp_path)
     (tmp_path / "m" / "1" / "model.json").write_text("{oops")
     with pytest.raises(ModelConfigError, match="invalid JSON"):
@@ -54,18 +58,20 @@ def test_latest_version_by_default_and_policies(tmp_path: Path) -> None:
     assert [s.version for s in load_repository(tmp_path)] == ["10"]
     (tmp_path / "m" / "config.pbtxt").write_text("version_policy: { all { } }")
     assert [s.version for s in load_repository(tmp_path)] == ["1", "2", "10"]
-    (tmp_path / "m" / "config.pbtxt").write_text("version_policy: { specific { versions: [1, 2] } }")
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        "version_policy: { specific { versions: [1, 2] } }"
+    )
     assert [s.version for s in load_repository(tmp_path)] == ["1", "2"]
     (tmp_path / "m" / "config.pbtxt").write_text("version_policy: { latest { num_versions: 2 } }")
     assert [s.version for s in load_repository(tmp_path)] == ["2", "10"]
 
 
 def test_config_pbtxt_errors_and_name_mismatch(tmp_path: Path) -> None:
-    write_model(tmp_path, "m", config="name: \"other\"")
+    write_model(tmp_path, "m", config='name: "other"')
     with pytest.raises(ModelConfigError, match="differs from its folder"):
         load_repository(tmp_path)
     (tmp_path / "m" / "config.pbtxt").write_text("not_a_field: 1")
-    with pytest.raises(ModelConfigError, match="config.pbtxt"):
+    with pytest.raises(ModelConfigError, match=r"config\.pbtxt"):
         load_repository(tmp_path)
 
 
@@ -87,5 +93,5 @@ def test_lora_adapters_resolve_inside_the_repository(tmp_path: Path) -> None:
     with pytest.raises(ModelConfigError, match="outside the repository"):
         load_repository(tmp_path)
     (version_dir / "multi_lora.json").unlink()
-    with pytest.raises(ModelConfigError, match="multi_lora.json is missing"):
+    with pytest.raises(ModelConfigError, match=r"multi_lora\.json is missing"):
         load_repository(tmp_path)

@@ -26,11 +26,15 @@ ALL_OUTPUTS = {
 def builder(body: dict, stream: bool) -> ResponseBuilder:
     spec = ModelSpec(name="m", version="2", version_path=Path("."), engine_args={})
     model = ServedModel(spec=spec, engine=FakeEngine(), state=ModelState.READY)
-    request = triton_request(GenerateRequest.model_validate(body), model, StreamPolicy(default=stream))
+    request = triton_request(
+        GenerateRequest.model_validate(body), model, StreamPolicy(default=stream)
+    )
     return ResponseBuilder(request, "m", "2")
 
 
-def delta(index: int, text: str, finish: str | None = None, cumulative: float | None = None) -> CompletionDelta:
+def delta(
+    index: int, text: str, finish: str | None = None, cumulative: float | None = None
+) -> CompletionDelta:
     logprobs = [{7: {"logprob": -1.0, "rank": 1, "decoded_token": text}}]
     return CompletionDelta(index, text, 1, cumulative, logprobs, finish)
 
@@ -44,9 +48,13 @@ def test_stream_responses_carry_only_new_text() -> None:
 
 
 def test_prompt_is_prepended_to_the_first_response_only() -> None:
-    build = builder({"text_input": "Q:", "stream": True, "exclude_input_in_output": True}, stream=True)
+    build = builder(
+        {"text_input": "Q:", "stream": True, "exclude_input_in_output": True}, stream=True
+    )
     assert build.build(GenerationChunk([delta(0, "a")], 1, False))["text_output"] == "a"
-    final = builder({"text_input": "Q:"}, stream=False).build(merge_chunks([GenerationChunk([delta(0, " A")], 1, True)], 1))
+    final = builder({"text_input": "Q:"}, stream=False).build(
+        merge_chunks([GenerationChunk([delta(0, " A")], 1, True)], 1)
+    )
     assert final["text_output"] == "Q: A"
 
 
@@ -57,7 +65,9 @@ def test_every_additional_output_per_event() -> None:
     done = build.build(GenerationChunk([delta(0, "b", "length", -2.0)], 5, True))
     assert running["finish_reason"] is None and done["finish_reason"] == "length"
     assert (running["cumulative_logprob"], done["cumulative_logprob"]) == (-1.0, -2.0)
-    assert json.loads(done["logprobs"]) == [{"7": {"logprob": -1.0, "rank": 1, "decoded_token": "b"}}]
+    assert json.loads(done["logprobs"]) == [
+        {"7": {"logprob": -1.0, "rank": 1, "decoded_token": "b"}}
+    ]
     assert running["num_input_tokens"] == 5 and done["num_output_tokens"] == 1
 
 
@@ -69,7 +79,9 @@ def test_logprobs_are_null_text_when_not_requested_in_sampling() -> None:
 def test_n_greater_than_one_gives_lists_and_keeps_missing_completions() -> None:
     body = {"text_input": "p", "parameters": {"n": 2, "temperature": 1}, **ALL_OUTPUTS}
     build = builder(body, stream=True)
-    both = build.build(GenerationChunk([delta(0, "a", None, -1.0), delta(1, "b", "stop", -3.0)], 1, False))
+    both = build.build(
+        GenerationChunk([delta(0, "a", None, -1.0), delta(1, "b", "stop", -3.0)], 1, False)
+    )
     only_first = build.build(GenerationChunk([delta(0, "c", "length", -2.0)], 1, True))
     assert both["text_output"] == ["a", "b"]
     assert only_first["text_output"] == ["c", ""]

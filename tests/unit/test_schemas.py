@@ -41,7 +41,9 @@ def test_parameter_errors_name_the_nested_field() -> None:
 
 def test_out_of_range_parameters_are_rejected() -> None:
     assert "parameters.top_p" in errors_of('{"text_input": "x", "parameters": {"top_p": 2}}')
-    assert "parameters.max_tokens" in errors_of('{"text_input": "x", "parameters": {"max_tokens": 0}}')
+    assert "parameters.max_tokens" in errors_of(
+        '{"text_input": "x", "parameters": {"max_tokens": 0}}'
+    )
     assert "parameters.n" in errors_of('{"text_input": "x", "parameters": {"n": 0}}')
 
 

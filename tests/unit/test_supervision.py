@@ -3,8 +3,13 @@ a restart budget; an exhausted budget fails liveness."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,10 +17,11 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.repository.registry import ModelRegistry
 from app.repository.served_model import ModelState
-from app.repository.supervision import RestartBudget, RestartPolicy
+from app.repository.supervision import EngineSupervisor, RestartBudget, RestartPolicy
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.clients import started_clients
+from tests.support.repository import EXPLICIT_CONTROL
 from tests.support.waiting import wait_for
 
 FAST_RESTARTS = {
@@ -24,6 +30,7 @@ FAST_RESTARTS = {
     "engine_probe_interval_seconds": 0,
 }
 UNHEALTHY = {"error": "Model is unavailable due to unhealthy vLLM engine"}
+T = TypeVar("T")
 
 
 class EngineSeries:
@@ -43,9 +50,16 @@ class EngineSeries:
 def supervised(repository: Path) -> Iterator[Callable[..., tuple[TestClient, EngineSeries]]]:
     with started_clients() as start:
 
-        def build(series: EngineSeries | None = None, **settings: object) -> tuple[TestClient, EngineSeries]:
+        def build(
+            series: EngineSeries | None = None, **settings: object
+        ) -> tuple[TestClient, EngineSeries]:
             series = series or EngineSeries()
-            app = create_app(Settings(model_repository=repository, **{**FAST_RESTARTS, **settings}), engine_factory=series)
+            app = create_app(
+                Settings(
+                    model_repository=repository, **{**FAST_RESTARTS, **EXPLICIT_CONTROL, **settings}
+                ),
+                engine_factory=series,
+            )
             return start(app), series
 
         yield build
@@ -62,14 +76,20 @@ def restarts_metric(client: TestClient) -> float:
     return 0.0
 
 
-def test_a_dead_engine_is_replaced_and_serves_again(supervised: Callable[..., tuple[TestClient, EngineSeries]]) -> None:
+def test_a_dead_engine_is_replaced_and_serves_again(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
     client, series = supervised()
     series.engines[0].healthy = False
-    assert wait_for(lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200)
+    assert wait_for(
+        lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
     assert series.engines[0].stopped and series.engines[1].started
     model = registry_of(client).get("fake")
     assert model.engine is series.engines[1] and model.state is ModelState.READY
-    response = client.post("/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 2}})
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 2}}
+    )
     assert response.status_code == 200 and len(series.engines[1].requests) == 1
     assert restarts_metric(client) == 1
     assert client.get("/v2/health/live").status_code == 200
@@ -92,17 +112,26 @@ def test_while_restarting_requests_get_the_backends_unhealthy_error(
     assert wait_for(lambda: client.get("/v2/health/ready").status_code == 200)
 
 
-def test_exhausted_restarts_fail_liveness(supervised: Callable[..., tuple[TestClient, EngineSeries]]) -> None:
+def test_exhausted_restarts_fail_liveness(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
     client, series = supervised(engine_restart_max=1)
     series.engines[0].healthy = False
-    assert wait_for(lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200)
+    assert wait_for(
+        lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
     series.engines[1].healthy = False
     assert wait_for(lambda: client.get("/v2/health/live").status_code == 503)
     assert len(series.engines) == 2 and series.engines[1].stopped
     assert registry_of(client).get("fake").state is ModelState.FAILED
     assert client.get("/v2/health/ready").status_code == 503
     (entry,) = client.post("/v2/repository/index").json()
-    assert entry == {"name": "fake", "version": "1", "state": "UNAVAILABLE", "reason": "engine failed: restarts exhausted"}
+    assert entry == {
+        "name": "fake",
+        "version": "1",
+        "state": "UNAVAILABLE",
+        "reason": "engine failed: restarts exhausted",
+    }
     assert client.post("/v2/models/fake/generate", json={"text_input": "x"}).json() == UNHEALTHY
 
 
@@ -118,13 +147,19 @@ def test_with_restarts_off_the_first_failure_fails_liveness(
 def test_a_hung_engine_fails_its_probe_and_is_replaced(
     supervised: Callable[..., tuple[TestClient, EngineSeries]],
 ) -> None:
-    client, series = supervised(engine_probe_interval_seconds=0.05, engine_probe_timeout_seconds=0.1)
+    client, series = supervised(
+        engine_probe_interval_seconds=0.05, engine_probe_timeout_seconds=0.1
+    )
     series.engines[0].ping_hangs = True
-    assert wait_for(lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200)
+    assert wait_for(
+        lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
     assert series.engines[0].stopped and restarts_metric(client) == 1
 
 
-def test_a_failed_restart_is_retried(supervised: Callable[..., tuple[TestClient, EngineSeries]]) -> None:
+def test_a_failed_restart_is_retried(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
     series = EngineSeries()
     client, _ = supervised(series)
     series.options = {"start_error": RuntimeError("no memory")}
@@ -136,7 +171,9 @@ def test_a_failed_restart_is_retried(supervised: Callable[..., tuple[TestClient,
     assert restarts_metric(client) == 1
 
 
-def test_an_unloaded_model_is_not_restarted(supervised: Callable[..., tuple[TestClient, EngineSeries]]) -> None:
+def test_an_unloaded_model_is_not_restarted(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
     client, series = supervised()
     assert client.post("/v2/repository/models/fake/unload").status_code == 200
     series.engines[0].healthy = False
@@ -144,7 +181,9 @@ def test_an_unloaded_model_is_not_restarted(supervised: Callable[..., tuple[Test
 
 
 def test_restart_backoff_doubles_up_to_its_limit_and_the_budget_is_per_window() -> None:
-    budget = RestartBudget(RestartPolicy(max_restarts=4, backoff_seconds=1, max_backoff_seconds=5, window_seconds=60))
+    budget = RestartBudget(
+        RestartPolicy(max_restarts=4, backoff_seconds=1, max_backoff_seconds=5, window_seconds=60)
+    )
     delays = []
     while not budget.exhausted():
         delays.append(budget.next_delay())
@@ -154,3 +193,151 @@ def test_restart_backoff_doubles_up_to_its_limit_and_the_budget_is_per_window() 
     old = RestartBudget(RestartPolicy(max_restarts=1, window_seconds=0.01))
     old.record()
     assert wait_for(lambda: not old.exhausted(), timeout=1)
+
+
+def stream_in_thread(client: TestClient, body: dict) -> tuple[threading.Thread, list[str]]:
+    """A streaming request read to its end in a thread; its `data:` lines land in the list."""
+    lines: list[str] = []
+
+    def read() -> None:
+        with client.stream("POST", "/v2/models/fake/generate_stream", json=body) as response:
+            lines.extend(line for line in response.iter_lines() if line.startswith("data: "))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, lines
+
+
+def test_a_step_longer_than_the_probe_timeout_keeps_the_engine(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    """A busy core answers a probe only between two steps: probes go unanswered while each
+    step lasts 0.3 s, but the engine steps, so it is kept."""
+    client, series = supervised(
+        EngineSeries(step_delay=0.3),
+        engine_probe_interval_seconds=0.05,
+        engine_probe_timeout_seconds=0.05,
+        engine_stall_seconds=60,
+    )
+    engine = series.engines[0]
+    engine.ping_waits_for_steps = True
+    response = client.post(
+        "/v2/models/fake/generate", json={"text_input": "x", "parameters": {"max_tokens": 6}}
+    )
+    assert (
+        response.status_code == 200
+        and response.json()["text_output"] == "xHello from the fake engine."
+    )
+    assert engine.unanswered_pings > 0
+    assert len(series.engines) == 1 and restarts_metric(client) == 0
+
+
+def test_a_stopped_engine_with_requests_pending_is_replaced_after_the_stall_time(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    """A stopped core (SIGSTOP) answers nothing and does not step: once its requests have
+    waited ENGINE_STALL_SECONDS without a step, it is replaced."""
+    client, series = supervised(
+        EngineSeries(step_delay=0.05),
+        engine_probe_interval_seconds=0.05,
+        engine_probe_timeout_seconds=0.1,
+        engine_stall_seconds=1,
+    )
+    engine = series.engines[0]
+    thread, lines = stream_in_thread(
+        client, {"text_input": "x", "parameters": {"max_tokens": 1000}}
+    )
+    assert wait_for(lambda: len(lines) >= 2)
+    engine.hung = True
+    stopped_at = time.monotonic()
+    assert wait_for(
+        lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
+    assert time.monotonic() - stopped_at >= 1
+    thread.join(5)
+    assert engine.stopped and json.loads(lines[-1].removeprefix("data: ")) == UNHEALTHY
+    assert restarts_metric(client) == 1
+
+
+def test_a_hung_engine_whose_requests_finished_is_caught_by_its_probe(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    client, series = supervised(
+        engine_probe_interval_seconds=0.05,
+        engine_probe_timeout_seconds=0.1,
+        engine_stall_seconds=60,
+    )
+    series.engines[0].hung = True
+    assert wait_for(
+        lambda: len(series.engines) == 2 and client.get("/v2/health/ready").status_code == 200
+    )
+
+
+def handover_of(client: TestClient) -> EngineSupervisor:
+    supervisors = registry_of(client)._supervisors[id(registry_of(client).get("fake"))]  # type: ignore[attr-defined]
+    return supervisors[0]  # type: ignore[no-any-return]
+
+
+def spawn(client: TestClient, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Run `coroutine` as a task of the app's event loop; return the task at once."""
+    (task,) = client.portal.call(lambda: (asyncio.ensure_future(coroutine),))  # type: ignore[union-attr]
+    return task
+
+
+def test_the_supervisor_hands_the_replacement_to_the_requests_waiting_for_it(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    client, series = supervised(EngineSeries(start_delay=0.3))
+    first = series.engines[0]
+    supervisor = handover_of(client)
+    assert first.handover is supervisor
+    waiting = spawn(client, supervisor.replacement(first))
+    first.healthy = False
+    assert wait_for(waiting.done)
+    assert waiting.result() is series.engines[1] and series.engines[1].handover is supervisor
+    supervisor.count_migration()
+    assert (
+        'server_requests_migrated_total{model="fake",version="1"} 1.0'
+        in client.get("/metrics").text
+    )
+
+
+def test_no_replacement_once_restarts_are_exhausted(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    client, series = supervised(engine_restart_max=0)
+    first = series.engines[0]
+    supervisor = handover_of(client)
+    waiting = spawn(client, supervisor.replacement(first))
+    first.healthy = False
+    assert wait_for(waiting.done) and waiting.result() is None
+    assert client.get("/v2/health/live").status_code == 503
+
+
+def test_no_replacement_when_migration_is_off_or_the_wait_is_over(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    client, series = supervised(engine_migrate_requests=False)
+    assert series.engines[0].handover is None
+    assert client.portal.call(handover_of(client).replacement, series.engines[0]) is None  # type: ignore[union-attr]
+    client, series = supervised(EngineSeries(start_delay=5), engine_migration_wait_seconds=0.2)
+    supervisor = handover_of(client)
+    series.engines[0].healthy = False
+    started = time.monotonic()
+    assert client.portal.call(supervisor.replacement, series.engines[0]) is None  # type: ignore[union-attr]
+    assert time.monotonic() - started < 2
+
+
+def test_unloading_ends_the_wait_for_a_replacement(
+    supervised: Callable[..., tuple[TestClient, EngineSeries]],
+) -> None:
+    client, series = supervised(
+        EngineSeries(start_delay=5), model_control_mode="explicit", load_model=["*"]
+    )
+    supervisor = handover_of(client)
+    first = series.engines[0]
+    first.healthy = False
+    assert wait_for(lambda: len(series.engines) == 2)
+    waiting = spawn(client, supervisor.replacement(first))
+    assert client.post("/v2/repository/models/fake/unload").status_code == 200
+    assert wait_for(waiting.done, timeout=2) and waiting.result() is None

@@ -1,0 +1,139 @@
+"""ModelStreamInfer's errors over a real grpc.aio server with the engine double: a bad request
+or bad tensor gets Triton's error for that request alone, and the stream goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.grpc import service_pb2
+
+from tests.doubles import FakeEngine
+from tests.support.triton_grpc import (
+    GrpcApp,
+    by_id,
+    serve_grpc_app,
+    stream_results,
+    text_of,
+    vllm_request,
+)
+
+
+@pytest.fixture
+def served(repository: Path, engine: FakeEngine) -> Iterator[GrpcApp]:
+    with serve_grpc_app(repository, lambda spec: engine) as app:
+        yield app
+
+
+@pytest.fixture
+def client(served: GrpcApp) -> Iterator[triton_grpc.InferenceServerClient]:
+    with triton_grpc.InferenceServerClient(served.grpc_url) as grpc_client:
+        yield grpc_client
+
+
+BAD_REQUESTS = [
+    (
+        {"stream": True, "exclude_input_in_output": False},
+        "Error generating stream: When streaming, "
+        "`exclude_input_in_output` = False is not allowed.",
+    ),
+    ({"model_name": "nope"}, "Request for unknown model: 'nope' is not found"),
+    (
+        {"sampling_parameters": {"max_tokens": "lots"}},
+        "parameters.max_tokens: Input should be a valid integer",
+    ),
+    (
+        {"sampling_parameters": {"temprature": "0"}},
+        "parameters.temprature: unknown sampling parameter",
+    ),
+    ({"sampling_parameters": {"lora_name": "doc"}}, "LoRA feature is not enabled."),
+    ({"outputs": ["text"]}, "unexpected inference output 'text' for model 'fake'"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), BAD_REQUESTS)
+def test_a_bad_request_gets_its_error_and_the_stream_goes_on(
+    client: triton_grpc.InferenceServerClient, changes: dict, message: str
+) -> None:
+    bad = vllm_request("x", "bad", **changes)
+    good = vllm_request(
+        "x", "good", sampling_parameters={"max_tokens": "2"}, exclude_input_in_output=True
+    )
+    results = stream_results(client, [bad, good])
+    errors = [error for _, error in results if error is not None]
+    assert len(errors) == 1 and message in errors[0].message()
+    assert text_of(by_id([r for r in results if r[1] is None])["good"]) == "Hello from"
+
+
+def raw_request(
+    request_id: str, **tensors: tuple[str, list[int], bytes]
+) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="fake", id=request_id)
+    for name, (datatype, shape, data) in tensors.items():
+        request.inputs.add(name=name, datatype=datatype, shape=shape)
+        request.raw_input_contents.append(data)
+    return request
+
+
+TEXT = ("BYTES", [1], b"\x01\x00\x00\x00x")
+BAD_TENSORS = [
+    (
+        {"text_input": TEXT, "foo": ("BOOL", [1], b"\x01")},
+        "unexpected inference input 'foo' for model 'fake'",
+    ),
+    (
+        {"text_input": TEXT, "stream": ("BYTES", [1], b"\x01\x00\x00\x00x")},
+        "[request id: t] inference input 'stream' data-type is 'BYTES', "
+        "but model 'fake' expects 'BOOL'",
+    ),
+    (
+        {"text_input": ("BYTES", [2], b"\x01\x00\x00\x00x\x01\x00\x00\x00y")},
+        "[request id: t] unexpected shape for input 'text_input' for model 'fake'. "
+        "Expected [1], got [2]. ",
+    ),
+    (
+        {"stream": ("BOOL", [1], b"\x00")},
+        (
+            "[request id: t] expected number of inputs between 1 and 10 but got 1 inputs "
+            "for model 'fake'. Got input(s) "
+            "['stream'], but missing required input(s) ['text_input']. "
+            "Please provide all required input(s)."
+        ),
+    ),
+    (
+        {"text_input": ("BYTES", [1], b"\x09\x00\x00\x00x")},
+        "input 'text_input': malformed BYTES tensor data",
+    ),
+    (
+        {"text_input": ("BYTES", [1], b"\x01\x00\x00\x00\xff")},
+        "input 'text_input': not valid UTF-8",
+    ),
+    (
+        {"text_input": TEXT, "sampling_parameters": ("BYTES", [1], b"\x03\x00\x00\x00{x}")},
+        "sampling_parameters: invalid JSON",
+    ),
+]
+
+
+@pytest.mark.parametrize(("tensors", "message"), BAD_TENSORS)
+async def test_bad_tensors_get_triton_core_errors_per_request(
+    served: GrpcApp, tensors: dict, message: str
+) -> None:
+    import grpc.aio
+    from tritonclient.grpc import service_pb2_grpc
+
+    good = raw_request("ok", text_input=TEXT, exclude_input_in_output=("BOOL", [1], b"\x01"))
+    async with grpc.aio.insecure_channel(served.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = [
+            r async for r in stub.ModelStreamInfer(iter([raw_request("t", **tensors), good]))
+        ]
+    [error] = [r for r in responses if r.error_message]
+    assert error.error_message.startswith(message), error.error_message
+    assert (
+        error.infer_response.id == "t"
+        and error.infer_response.parameters["triton_final_response"].bool_param
+    )
+    assert [r.infer_response.id for r in responses if not r.error_message] == ["ok"]
