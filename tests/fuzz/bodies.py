@@ -24,6 +24,14 @@ EVENT_SOURCE = "GET /v2/models/{model_name}/generate_stream"
 COMPLETIONS = "POST /v1/completions"
 CHAT = "POST /v1/chat/completions"
 ROUTES = (GENERATE, GENERATE_STREAM, EVENT_SOURCE, COMPLETIONS, CHAT)
+"""The inference routes of every served model (the real engine's phase fuzzes these)."""
+VERSIONED = "/v2/models/{model_name}/versions/{model_version}/"
+VERSIONED_ROUTES = tuple(
+    route.replace("/v2/models/{model_name}/", VERSIONED) for route in ROUTES if "/v2/" in route
+)
+"""The same Triton routes naming a version: FUZZ_EXAMPLES inputs each on the double too."""
+INFERENCE_ROUTES = ROUTES + VERSIONED_ROUTES
+VERSION = "1"
 
 
 def models(model: str) -> st.SearchStrategy[str]:
@@ -59,8 +67,13 @@ def with_grammar(values: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy
     return st.tuples(values, grammar).map(lambda pair: {**pair[0], **pair[1]})
 
 
+def model_path(route: str, model: str) -> str:
+    """The route's path for `model` (and VERSION where the route names a version)."""
+    return route.split(" ", 1)[1].format(model_name=model, model_version=VERSION)
+
+
 def triton(route: str, model: str) -> st.SearchStrategy[Request]:
-    path = f"/v2/models/{model}/{route.rsplit('/', 1)[-1]}"
+    path = model_path(route, model)
     body = st.fixed_dictionaries(
         {"text_input": st.one_of(PROMPTS, EDGE_TEXT), "parameters": with_grammar(sampling_values())}
     )
@@ -69,15 +82,15 @@ def triton(route: str, model: str) -> st.SearchStrategy[Request]:
     )
 
 
-def event_source(model: str) -> st.SearchStrategy[Request]:
+def event_source(route: str, model: str) -> st.SearchStrategy[Request]:
     def query(pair: tuple[str, dict[str, Any]]) -> Request:
         text, values = pair
         params = {
             key: value if isinstance(value, str) else json.dumps(value)
             for key, value in values.items()
         }
-        path = f"/v2/models/{model}/generate_stream"
-        return EVENT_SOURCE, "GET", path, {"params": {"text_input": text, **params}}
+        path = model_path(route, model)
+        return route, "GET", path, {"params": {"text_input": text, **params}}
 
     return st.tuples(EDGE_TEXT, with_grammar(sampling_values())).map(query)
 
@@ -130,8 +143,8 @@ def openai(route: str, model: str) -> st.SearchStrategy[Request]:
 
 
 def requests_of(route: str, model: str = "fake") -> st.SearchStrategy[Request]:
-    if route in (GENERATE, GENERATE_STREAM):
+    if route.startswith("GET "):
+        return event_source(route, model)
+    if "/v2/" in route:
         return triton(route, model)
-    if route == EVENT_SOURCE:
-        return event_source(model)
     return openai(route, model)

@@ -20,7 +20,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
 from tests.doubles import FakeEngine
-from tests.fuzz.bodies import ROUTES, Request, requests_of
+from tests.fuzz.bodies import INFERENCE_ROUTES, Request, requests_of
 from tests.fuzz.checks import content_type, error_shape_holds, without_binary
 from tests.fuzz.double_server import double_server
 from tests.fuzz.report import EXAMPLES, REPORT, SLOW_SECONDS, requests_left
@@ -29,7 +29,7 @@ from tests.support.repository import write_model
 from tests.support.waiting import wait_until
 
 PROBE_LIMIT_S = SLOW_SECONDS
-INFERENCE = frozenset(ROUTES)
+INFERENCE = frozenset(INFERENCE_ROUTES)
 """The routes that take inference requests: FUZZ_EXAMPLES inputs each."""
 PINNED = {"model_name": "fake", "model_version": "1"}
 CONFORMANCE = [response_schema_conformance, content_type_conformance]
@@ -136,7 +136,7 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
     wait_until(lambda: requests_left(served) == 0, timeout=10)
 
 
-@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("route", INFERENCE_ROUTES)
 def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
     """The rest of each inference route's inputs: well-typed edge values and grammars."""
     session = requests.Session()
@@ -164,5 +164,5 @@ def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
 
 
 def test_every_inference_route_got_its_inputs() -> None:
-    counts = {route: REPORT.count(f"HTTP {route}") for route in ROUTES}
+    counts = {route: REPORT.count(f"HTTP {route}") for route in INFERENCE_ROUTES}
     assert all(count >= EXAMPLES for count in counts.values()), counts
