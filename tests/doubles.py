@@ -33,7 +33,9 @@ class ReceivedRequest:
 
     @classmethod
     def of(cls, request: GenerationRequest, params: SamplingParams) -> ReceivedRequest:
-        return cls(request.request_id, request.prompt, params, request.images, request.lora, request.stream)
+        return cls(
+            request.request_id, request.prompt, params, request.images, request.lora, request.stream
+        )
 
 
 class FakeEngine:
@@ -159,18 +161,15 @@ class FakeEngine:
         running = set(range(params.n))
         cumulative = [0.0] * params.n
         for step in range(params.max_tokens):
-            if self._step_delay:
-                await asyncio.sleep(self._step_delay)
-            while self.hung:
-                if self.stopped:
-                    raise EngineUnhealthyError()
-                await asyncio.sleep(0.01)
-            self.progress += 1
-            if self._fail_after is not None and step == self._fail_after:
-                raise self._fail_with or ServerError("engine failed")
+            await self._step(step)
             if request_id in self.abort_calls:
-                done = [CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort") for i in sorted(running)]
-                yield GenerationChunk(completions=done, num_prompt_tokens=num_prompt_tokens, finished=True)
+                done = [
+                    CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort")
+                    for i in sorted(running)
+                ]
+                yield GenerationChunk(
+                    completions=done, num_prompt_tokens=num_prompt_tokens, finished=True
+                )
                 return
             completions = []
             for index in sorted(running):
@@ -181,18 +180,8 @@ class FakeEngine:
                 elif step == params.max_tokens - 1:
                     finish = "length"
                 cumulative[index] += TOKEN_LOGPROB
-                completions.append(
-                    CompletionDelta(
-                        index=index,
-                        text=word,
-                        num_tokens=1,
-                        cumulative_logprob=cumulative[index] if params.logprobs is not None else None,
-                        logprobs=[{100 + step: {"logprob": TOKEN_LOGPROB, "rank": 1, "decoded_token": word}}]
-                        if params.logprobs is not None
-                        else None,
-                        finish_reason=finish,
-                    )
-                )
+                logprob = cumulative[index] if params.logprobs is not None else None
+                completions.append(word_delta(index, step, word, finish, logprob))
                 if finish:
                     running.discard(index)
             yield GenerationChunk(
@@ -200,6 +189,37 @@ class FakeEngine:
             )
             if not running:
                 return
+
+    async def _step(self, step: int) -> None:
+        """One engine step: its delay, a hang while `hung` (until stopped), the failure asked
+        for at `fail_after`."""
+        if self._step_delay:
+            await asyncio.sleep(self._step_delay)
+        while self.hung:
+            if self.stopped:
+                raise EngineUnhealthyError()
+            await asyncio.sleep(0.01)
+        self.progress += 1
+        if self._fail_after is not None and step == self._fail_after:
+            raise self._fail_with or ServerError("engine failed")
+
+
+def word_delta(
+    index: int, step: int, word: str, finish: str | None, cumulative_logprob: float | None
+) -> CompletionDelta:
+    """Completion `index`'s token of `step`, with its logprobs when `cumulative_logprob` is
+    given (the request asked for logprobs)."""
+    logprobs = None
+    if cumulative_logprob is not None:
+        logprobs = [{100 + step: {"logprob": TOKEN_LOGPROB, "rank": 1, "decoded_token": word}}]
+    return CompletionDelta(
+        index=index,
+        text=word,
+        num_tokens=1,
+        cumulative_logprob=cumulative_logprob,
+        logprobs=logprobs,
+        finish_reason=finish,
+    )
 
 
 def word_tokens(text: str) -> list[int]:
