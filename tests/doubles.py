@@ -6,9 +6,10 @@ import asyncio
 import zlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from vllm import SamplingParams
+import msgspec
 
 from app.core.chunks import merge_chunks
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
@@ -20,19 +21,30 @@ WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
 
 
+def read_sampling(request: GenerationRequest) -> SimpleNamespace:
+    """The request's sampling values validated and read as the vLLM engine does, by the engine
+    adapter's own conversion (app/engine/sampling.py: a 400 naming the field for a value it
+    rejects, defaults filled in, a single stop string a list of one): each public field of
+    vLLM's `SamplingParams` by name, for the double to generate by and the tests to look at."""
+    params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+    fields = msgspec.structs.asdict(params)
+    return SimpleNamespace(**{name: v for name, v in fields.items() if not name.startswith("_")})
+
+
 @dataclass(frozen=True)
 class ReceivedRequest:
     """A request as the engine received it, with its sampling values as vLLM reads them."""
 
     request_id: str
     prompt: str
-    sampling_params: SamplingParams
+    sampling_params: SimpleNamespace
+    """Every public `SamplingParams` field by name (`read_sampling`)."""
     images: list[Any]
     lora: Any
     stream: bool
 
     @classmethod
-    def of(cls, request: GenerationRequest, params: SamplingParams) -> ReceivedRequest:
+    def of(cls, request: GenerationRequest, params: SimpleNamespace) -> ReceivedRequest:
         return cls(
             request.request_id, request.prompt, params, request.images, request.lora, request.stream
         )
@@ -41,7 +53,7 @@ class ReceivedRequest:
 class FakeEngine:
     """Completion `i` emits WORDS[(step + i) % 6], one token per step, honouring
     max_tokens, n, stop strings, logprobs and streaming. Sampling values are validated and
-    read as the vLLM engine does (its own conversion to `SamplingParams`)."""
+    read as the vLLM engine does (`read_sampling`: the engine adapter's own conversion)."""
 
     def __init__(
         self,
@@ -134,7 +146,7 @@ class FakeEngine:
             await asyncio.sleep(0.01)
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
-        params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+        params = read_sampling(request)
         self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:
             raise self._fail_with
@@ -155,7 +167,7 @@ class FakeEngine:
             self.active.discard(request.request_id)
 
     async def _steps(
-        self, request_id: str, params: SamplingParams, num_prompt_tokens: int
+        self, request_id: str, params: SimpleNamespace, num_prompt_tokens: int
     ) -> AsyncGenerator[GenerationChunk, None]:
         stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
         running = set(range(params.n))
