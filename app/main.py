@@ -31,7 +31,7 @@ from app.openai import routes as openai_routes
 from app.openai import utility as openai_utility
 from app.openai.errors import openai_error_body
 from app.options import grpc_options, lifecycle_options, request_limits, startup_models
-from app.repository.heap import freeze_heap, release_heap
+from app.repository.gc_freeze import freeze_heap, release_heap
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
 from app.repository.poll import RepositoryPoller
 from app.repository.registry import EngineFactory, ModelRegistry
