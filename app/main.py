@@ -22,7 +22,7 @@ from app.http.errors import ErrorBodies, install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware, FrontendProcessHeader
 from app.http.trace_context import TraceContextMiddleware
 from app.http.transport import HttpTransport
-from app.multiprocess.link import SharedModelRegistry, WorkerLink
+from app.multiprocess.link import FrontendProcessLink, SharedModelRegistry
 from app.observability.exposition import exposition
 from app.observability.load_metrics import ModelLoadCollector
 from app.observability.log_control import LogSettings, configure_logging
@@ -82,7 +82,9 @@ OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 
 
 def vllm_engines(
-    settings: Settings, metrics_registry: CollectorRegistry, link: WorkerLink | None = None
+    settings: Settings,
+    metrics_registry: CollectorRegistry,
+    link: FrontendProcessLink | None = None,
 ) -> tuple[EngineFactory, EngineArgsCheck, Callable[[ModelSpec], None]]:
     """vLLM's engines, its check of model.json and what to forget of an unloaded model
     (imported here: a test with an engine double never loads vLLM)."""
@@ -108,7 +110,9 @@ def configure_logs(settings: Settings, log_file: str = "") -> None:
 
 
 def build_runtime(
-    settings: Settings, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
+    settings: Settings,
+    engine_factory: EngineFactory | None = None,
+    link: FrontendProcessLink | None = None,
 ) -> Runtime:
     """The registry of the repository's models, the generation service, the metrics; in a
     frontend process of several (`link`), on clients of the supervisor's engine cores."""
@@ -158,7 +162,7 @@ def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | Non
 
 
 async def start_runtime(
-    runtime: Runtime, link: WorkerLink | None = None, freeze: bool = True
+    runtime: Runtime, link: FrontendProcessLink | None = None, freeze: bool = True
 ) -> None:
     """Start the engines (as one of several frontend processes: on the group's shared
     cores), then freeze the heap: full collections while serving skip the start-up heap."""
@@ -172,7 +176,7 @@ async def start_runtime(
 
 
 def repository_poller(
-    settings: Settings, runtime: Runtime, link: WorkerLink | None
+    settings: Settings, runtime: Runtime, link: FrontendProcessLink | None
 ) -> RepositoryPoller | None:
     """Triton's poll mode: one process polls (the first of several, whose loads and unloads
     every other process follows)."""
@@ -184,7 +188,7 @@ def repository_poller(
 
 
 def server_lifespan(
-    settings: Settings, runtime: Runtime, link: WorkerLink | None
+    settings: Settings, runtime: Runtime, link: FrontendProcessLink | None
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown around serving: the metrics port, the engines, the repository
     poll; then everything stopped in reverse."""
@@ -218,7 +222,7 @@ def server_lifespan(
 def create_app(
     settings: Settings | None = None,
     engine_factory: EngineFactory | None = None,
-    link: WorkerLink | None = None,
+    link: FrontendProcessLink | None = None,
 ) -> FastAPI:
     """Build the app; engines start in its lifespan, before it accepts traffic. `link`: this
     is one of several frontend processes sharing the supervisor's engine cores."""
