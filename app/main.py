@@ -14,16 +14,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_fastapi_instrumentator import Instrumentator
 
 import app as package
-from app.core.limits import RequestLimits
 from app.core.service import GenerationService
-from app.grpc.server import GrpcOptions, GrpcServer, GrpcTls
+from app.grpc.server import GrpcServer
 from app.http.access import CrossSiteGuard, RestrictedApiMiddleware
 from app.http.access_log import AccessLogMiddleware
 from app.http.errors import ErrorBodies, install_error_handlers
 from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware, FrontendProcessHeader
 from app.http.trace_context import TraceContextMiddleware
 from app.http.transport import HttpTransport
-from app.multiprocess.link import SharedModelRegistry, WorkerLink
+from app.multiprocess.link import FrontendProcessLink, SharedModelRegistry
 from app.observability.exposition import exposition
 from app.observability.load_metrics import ModelLoadCollector
 from app.observability.log_control import LogSettings, configure_logging
@@ -31,12 +30,11 @@ from app.observability.setup import ObservabilityOptions, build_observability
 from app.openai import routes as openai_routes
 from app.openai import utility as openai_utility
 from app.openai.errors import openai_error_body
-from app.repository.heap import freeze_heap, release_heap
+from app.options import grpc_options, lifecycle_options, request_limits, startup_models
+from app.repository.gc_freeze import freeze_heap, release_heap
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
-from app.repository.overrides import OverrideLimits
 from app.repository.poll import RepositoryPoller
-from app.repository.registry import EngineFactory, LifecycleOptions, ModelControl, ModelRegistry
-from app.repository.supervision import RestartPolicy
+from app.repository.registry import EngineFactory, ModelRegistry
 from app.routes import (
     generate,
     health,
@@ -61,18 +59,32 @@ logger = logging.getLogger(__name__)
 OPENAPI_TAGS = [
     {"name": "generate", "description": "Triton's generate extension, served by vLLM."},
     {"name": "health", "description": "KServe v2 liveness and readiness."},
-    {"name": "models", "description": "KServe v2 metadata and Triton's model repository extension."},
+    {
+        "name": "models",
+        "description": "KServe v2 metadata and Triton's model repository extension.",
+    },
     {"name": "metrics", "description": "Prometheus metrics."},
-    {"name": "logging", "description": "Triton's logging extension: log settings, changed at once."},
-    {"name": "trace", "description": "Triton's trace extension: trace settings, OpenTelemetry export."},
-    {"name": "openai", "description": "OpenAI-compatible API (vLLM's own serving code) on the same models."},
+    {
+        "name": "logging",
+        "description": "Triton's logging extension: log settings, changed at once.",
+    },
+    {
+        "name": "trace",
+        "description": "Triton's trace extension: trace settings, OpenTelemetry export.",
+    },
+    {
+        "name": "openai",
+        "description": "OpenAI-compatible API (vLLM's own serving code) on the same models.",
+    },
 ]
 OPEN_PREFIXES = ["/docs", "/redoc", "/openapi.json", "/static/"]
 """Routes that answer without an API key: the docs, the playground's page and assets."""
 
 
 def vllm_engines(
-    settings: Settings, metrics_registry: CollectorRegistry, link: WorkerLink | None = None
+    settings: Settings,
+    metrics_registry: CollectorRegistry,
+    link: FrontendProcessLink | None = None,
 ) -> tuple[EngineFactory, EngineArgsCheck, Callable[[ModelSpec], None]]:
     """vLLM's engines, its check of model.json and what to forget of an unloaded model
     (imported here: a test with an engine double never loads vLLM)."""
@@ -97,54 +109,10 @@ def configure_logs(settings: Settings, log_file: str = "") -> None:
     configure_logging(LogSettings.of(settings.log_level, settings.log_format, *switches), log_file)
 
 
-def lifecycle_options(settings: Settings) -> LifecycleOptions:
-    restart = RestartPolicy(
-        enabled=settings.engine_restart,
-        max_restarts=settings.engine_restart_max,
-        window_seconds=settings.engine_restart_window_seconds,
-        backoff_seconds=settings.engine_restart_backoff_seconds,
-        max_backoff_seconds=settings.engine_restart_backoff_max_seconds,
-        probe_interval_seconds=settings.engine_probe_interval_seconds,
-        probe_timeout_seconds=settings.engine_probe_timeout_seconds,
-        stall_seconds=settings.engine_stall_seconds,
-        migrate_requests=settings.engine_migrate_requests,
-        migration_wait_seconds=settings.engine_migration_wait_seconds,
-    )
-    return LifecycleOptions(
-        model_control=ModelControl(settings.model_control_mode),
-        override_limits=OverrideLimits(settings.load_override_max_files, settings.max_override_bytes),
-        drain_timeout=settings.drain_timeout_seconds,
-        max_pending=settings.max_pending_requests,
-        restart=restart,
-        reload_in_place=settings.reload_in_place,
-        exit_on_error=settings.exit_on_error,
-        strict_readiness=settings.strict_readiness,
-        allow_instance_pin=settings.allow_instance_pin,
-    )
-
-
-def request_limits(settings: Settings) -> RequestLimits:
-    return RequestLimits(
-        max_tokens=settings.max_tokens_limit,
-        max_n=settings.max_n,
-        max_stop=settings.max_stop,
-        max_token_ids=settings.max_token_ids,
-        max_images=settings.max_images,
-        max_image_pixels=settings.max_image_pixels,
-        max_prompts=settings.max_prompts,
-    )
-
-
-def startup_models(settings: Settings) -> list[str] | None:
-    """The models loaded at start (None: every one): MODELS, or in explicit mode only the
-    --load-model ones ('*': every one)."""
-    if settings.model_control_mode == "explicit" and settings.load_model != ["*"]:
-        return list(settings.load_model)
-    return settings.models or None
-
-
 def build_runtime(
-    settings: Settings, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
+    settings: Settings,
+    engine_factory: EngineFactory | None = None,
+    link: FrontendProcessLink | None = None,
 ) -> Runtime:
     """The registry of the repository's models, the generation service, the metrics; in a
     frontend process of several (`link`), on clients of the supervisor's engine cores."""
@@ -152,7 +120,9 @@ def build_runtime(
     check_engine_args: EngineArgsCheck = accept_engine_args
     on_unloaded = None
     if engine_factory is None:
-        engine_factory, check_engine_args, on_unloaded = vllm_engines(settings, metrics_registry, link)
+        engine_factory, check_engine_args, on_unloaded = vllm_engines(
+            settings, metrics_registry, link
+        )
     shared: dict[str, Any] = {"link": link} if link is not None else {}
     registry = (SharedModelRegistry if link is not None else ModelRegistry)(
         settings.model_repository,
@@ -188,38 +158,12 @@ def create_grpc_server(settings: Settings, runtime: Runtime) -> GrpcServer | Non
     """Triton's gRPC frontend on the HTTP app's runtime (None when GRPC_PORT is 0)."""
     if not settings.grpc_port or not settings.allow_grpc:
         return None
-    options = GrpcOptions(
-        host=settings.grpc_address or settings.host,
-        port=settings.grpc_port,
-        api_keys=tuple(settings.api_keys),
-        open_health=settings.auth_open_health,
-        restrictions=settings.grpc_restrictions(),
-        log_prompts=settings.log_prompts,
-        max_receive_message_bytes=settings.grpc_max_receive_message_bytes or settings.max_request_body_bytes,
-        max_send_message_bytes=settings.grpc_max_send_message_bytes,
-        keepalive_time_ms=settings.grpc_keepalive_time_ms,
-        keepalive_timeout_ms=settings.grpc_keepalive_timeout_ms,
-        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
-        http2_max_pings_without_data=settings.grpc_http2_max_pings_without_data,
-        http2_min_recv_ping_interval_without_data_ms=settings.grpc_http2_min_recv_ping_interval_without_data_ms,
-        http2_max_ping_strikes=settings.grpc_http2_max_ping_strikes,
-        reuse_port=settings.grpc_reuse_port,
-        tls=grpc_tls(settings),
-    )
-    return GrpcServer(runtime, options)
+    return GrpcServer(runtime, grpc_options(settings))
 
 
-def grpc_tls(settings: Settings) -> GrpcTls | None:
-    if not (settings.grpc_use_ssl or settings.grpc_use_ssl_mutual):
-        return None
-    if settings.grpc_server_cert is None or settings.grpc_server_key is None:
-        return None
-    return GrpcTls(
-        settings.grpc_server_cert, settings.grpc_server_key, settings.grpc_root_cert, settings.grpc_use_ssl_mutual
-    )
-
-
-async def start_runtime(runtime: Runtime, link: WorkerLink | None = None, freeze: bool = True) -> None:
+async def start_runtime(
+    runtime: Runtime, link: FrontendProcessLink | None = None, freeze: bool = True
+) -> None:
     """Start the engines (as one of several frontend processes: on the group's shared
     cores), then freeze the heap: full collections while serving skip the start-up heap."""
     if link is not None:
@@ -231,16 +175,20 @@ async def start_runtime(runtime: Runtime, link: WorkerLink | None = None, freeze
         freeze_heap()
 
 
-def repository_poller(settings: Settings, runtime: Runtime, link: WorkerLink | None) -> RepositoryPoller | None:
+def repository_poller(
+    settings: Settings, runtime: Runtime, link: FrontendProcessLink | None
+) -> RepositoryPoller | None:
     """Triton's poll mode: one process polls (the first of several, whose loads and unloads
     every other process follows)."""
     if settings.model_control_mode != "poll" or (link is not None and link.index != 0):
         return None
-    return RepositoryPoller(runtime.registry, settings.repository_poll_secs, settings.models or None)
+    return RepositoryPoller(
+        runtime.registry, settings.repository_poll_secs, settings.models or None
+    )
 
 
 def server_lifespan(
-    settings: Settings, runtime: Runtime, link: WorkerLink | None
+    settings: Settings, runtime: Runtime, link: FrontendProcessLink | None
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown around serving: the metrics port, the engines, the repository
     poll; then everything stopped in reverse."""
@@ -272,7 +220,9 @@ def server_lifespan(
 
 
 def create_app(
-    settings: Settings | None = None, engine_factory: EngineFactory | None = None, link: WorkerLink | None = None
+    settings: Settings | None = None,
+    engine_factory: EngineFactory | None = None,
+    link: FrontendProcessLink | None = None,
 ) -> FastAPI:
     """Build the app; engines start in its lifespan, before it accepts traffic. `link`: this
     is one of several frontend processes sharing the supervisor's engine cores."""
@@ -291,7 +241,10 @@ def create_app(
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.http_transport = HttpTransport(
-        settings.http_ssl_certfile, settings.http_ssl_keyfile, settings.http_ssl_ca_certs, settings.http_header_timeout_seconds
+        settings.http_ssl_certfile,
+        settings.http_ssl_keyfile,
+        settings.http_ssl_ca_certs,
+        settings.http_header_timeout_seconds,
     )
     errors = ErrorBodies()
     errors.add(openai_routes.PREFIX + "/", openai_error_body)
@@ -348,7 +301,9 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
             query_key_name=API_KEY_PARAMETER,
             errors=errors,
         )
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors)
+    app.add_middleware(
+        BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors
+    )
     app.add_middleware(CrossSiteGuard, allowed_origins=settings.cors_allow_origins, errors=errors)
     if settings.cors_allow_origins:
         app.add_middleware(

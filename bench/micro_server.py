@@ -9,8 +9,8 @@ from pathlib import Path
 
 import uvicorn
 
+from app.launch.server import DrainingServer
 from app.main import create_app, create_grpc_server
-from app.server import DrainingServer
 from app.settings import Settings
 from bench.fast_engine import FastEngine
 

@@ -6,9 +6,10 @@ import asyncio
 import zlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from vllm import SamplingParams
+import msgspec
 
 from app.core.chunks import merge_chunks
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
@@ -20,26 +21,39 @@ WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
 
 
+def read_sampling(request: GenerationRequest) -> SimpleNamespace:
+    """The request's sampling values validated and read as the vLLM engine does, by the engine
+    adapter's own conversion (app/engine/sampling.py: a 400 naming the field for a value it
+    rejects, defaults filled in, a single stop string a list of one): each public field of
+    vLLM's `SamplingParams` by name, for the double to generate by and the tests to look at."""
+    params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+    fields = msgspec.structs.asdict(params)
+    return SimpleNamespace(**{name: v for name, v in fields.items() if not name.startswith("_")})
+
+
 @dataclass(frozen=True)
 class ReceivedRequest:
     """A request as the engine received it, with its sampling values as vLLM reads them."""
 
     request_id: str
     prompt: str
-    sampling_params: SamplingParams
+    sampling_params: SimpleNamespace
+    """Every public `SamplingParams` field by name (`read_sampling`)."""
     images: list[Any]
     lora: Any
     stream: bool
 
     @classmethod
-    def of(cls, request: GenerationRequest, params: SamplingParams) -> ReceivedRequest:
-        return cls(request.request_id, request.prompt, params, request.images, request.lora, request.stream)
+    def of(cls, request: GenerationRequest, params: SimpleNamespace) -> ReceivedRequest:
+        return cls(
+            request.request_id, request.prompt, params, request.images, request.lora, request.stream
+        )
 
 
 class FakeEngine:
     """Completion `i` emits WORDS[(step + i) % 6], one token per step, honouring
     max_tokens, n, stop strings, logprobs and streaming. Sampling values are validated and
-    read as the vLLM engine does (its own conversion to `SamplingParams`)."""
+    read as the vLLM engine does (`read_sampling`: the engine adapter's own conversion)."""
 
     def __init__(
         self,
@@ -132,7 +146,7 @@ class FakeEngine:
             await asyncio.sleep(0.01)
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
-        params = to_sampling_params(request.sampling, request.stream, request.parameters_field)
+        params = read_sampling(request)
         self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:
             raise self._fail_with
@@ -153,24 +167,21 @@ class FakeEngine:
             self.active.discard(request.request_id)
 
     async def _steps(
-        self, request_id: str, params: SamplingParams, num_prompt_tokens: int
+        self, request_id: str, params: SimpleNamespace, num_prompt_tokens: int
     ) -> AsyncGenerator[GenerationChunk, None]:
         stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
         running = set(range(params.n))
         cumulative = [0.0] * params.n
         for step in range(params.max_tokens):
-            if self._step_delay:
-                await asyncio.sleep(self._step_delay)
-            while self.hung:
-                if self.stopped:
-                    raise EngineUnhealthyError()
-                await asyncio.sleep(0.01)
-            self.progress += 1
-            if self._fail_after is not None and step == self._fail_after:
-                raise self._fail_with or ServerError("engine failed")
+            await self._step(step)
             if request_id in self.abort_calls:
-                done = [CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort") for i in sorted(running)]
-                yield GenerationChunk(completions=done, num_prompt_tokens=num_prompt_tokens, finished=True)
+                done = [
+                    CompletionDelta(index=i, text="", num_tokens=0, finish_reason="abort")
+                    for i in sorted(running)
+                ]
+                yield GenerationChunk(
+                    completions=done, num_prompt_tokens=num_prompt_tokens, finished=True
+                )
                 return
             completions = []
             for index in sorted(running):
@@ -181,18 +192,8 @@ class FakeEngine:
                 elif step == params.max_tokens - 1:
                     finish = "length"
                 cumulative[index] += TOKEN_LOGPROB
-                completions.append(
-                    CompletionDelta(
-                        index=index,
-                        text=word,
-                        num_tokens=1,
-                        cumulative_logprob=cumulative[index] if params.logprobs is not None else None,
-                        logprobs=[{100 + step: {"logprob": TOKEN_LOGPROB, "rank": 1, "decoded_token": word}}]
-                        if params.logprobs is not None
-                        else None,
-                        finish_reason=finish,
-                    )
-                )
+                logprob = cumulative[index] if params.logprobs is not None else None
+                completions.append(word_delta(index, step, word, finish, logprob))
                 if finish:
                     running.discard(index)
             yield GenerationChunk(
@@ -200,6 +201,37 @@ class FakeEngine:
             )
             if not running:
                 return
+
+    async def _step(self, step: int) -> None:
+        """One engine step: its delay, a hang while `hung` (until stopped), the failure asked
+        for at `fail_after`."""
+        if self._step_delay:
+            await asyncio.sleep(self._step_delay)
+        while self.hung:
+            if self.stopped:
+                raise EngineUnhealthyError()
+            await asyncio.sleep(0.01)
+        self.progress += 1
+        if self._fail_after is not None and step == self._fail_after:
+            raise self._fail_with or ServerError("engine failed")
+
+
+def word_delta(
+    index: int, step: int, word: str, finish: str | None, cumulative_logprob: float | None
+) -> CompletionDelta:
+    """Completion `index`'s token of `step`, with its logprobs when `cumulative_logprob` is
+    given (the request asked for logprobs)."""
+    logprobs = None
+    if cumulative_logprob is not None:
+        logprobs = [{100 + step: {"logprob": TOKEN_LOGPROB, "rank": 1, "decoded_token": word}}]
+    return CompletionDelta(
+        index=index,
+        text=word,
+        num_tokens=1,
+        cumulative_logprob=cumulative_logprob,
+        logprobs=logprobs,
+        finish_reason=finish,
+    )
 
 
 def word_tokens(text: str) -> list[int]:

@@ -98,8 +98,8 @@ def serve(settings: Settings) -> None:
     if processes > 1:
         run_group(settings, processes)
         return
+    from app.launch.server import serve as serve_app
     from app.main import create_app, create_grpc_server
-    from app.server import serve as serve_app
 
     try:
         app = create_app(settings)
@@ -115,6 +115,6 @@ def serve(settings: Settings) -> None:
 def run_group(settings: Settings, processes: int) -> None:
     if not settings.allow_http:
         raise SystemExit("ALLOW_HTTP false: serve with FRONTEND_PROCESSES=1")
-    from app.supervisor import run
+    from app.launch.frontend_group import run
 
     run(settings, processes)

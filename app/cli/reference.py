@@ -1,5 +1,5 @@
-"""Files generated from the settings definition (app/settings.py) and the flag tables, so that
-none can drift from what the server reads:
+"""Files generated from the settings definition (app/settings.py, its fields in
+app/settings_fields.py) and the flag tables, so that none can drift from what the server reads:
 
     docs/reference/settings.md                  every setting: flags, variable, default, meaning
     docs/operations-triton.md (its flag tables)  Triton's flags beside ours

@@ -14,10 +14,15 @@ from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from app.observability.labels import ENGINE_LABELS as LABELS
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TTFT_BUCKETS = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75),
+    *(1.0, 2.5, 5.0, 7.5, 10.0),
+)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+LATENCY_BUCKETS = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0),
+    *(120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 N_BUCKETS = (1, 2, 5, 10, 20)
 
@@ -43,62 +48,82 @@ class VllmMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, LABELS, registry=registry)
 
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, LABELS, buckets=buckets, registry=registry)
-
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, LABELS, registry=registry)
 
-        token_buckets = buckets_1_2_5(max_model_len)
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        )
         self.preemptions = counter("vllm:num_preemptions", "Number of preemptions.")
         self.prefix_cache_queries = counter(
-            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
         )
         self.prefix_cache_hits = counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
         )
+        self._add_histograms(registry, buckets_1_2_5(max_model_len))
+        self.running = gauge("vllm:num_requests_running", "Number of requests currently running.")
+        self.waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        )
+        self.kv_cache_usage = gauge(
+            "vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        )
+        self._families = [value for value in vars(self).values() if hasattr(value, "labels")]
+        self._instances: dict[tuple[str, str], set[str]] = {}
+        """(model, version) -> the instances that have series."""
+
+    def _add_histograms(self, registry: CollectorRegistry, token_buckets: tuple[int, ...]) -> None:
+        """The latency and size histograms (token counts bucketed up to the context length)."""
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=registry)
+
+        def phase_time(phase: str, name: str) -> Histogram:
+            """The time requests spent in one of their phases (vLLM's phase names)."""
+            return histogram(
+                f"vllm:request_{name}_time_seconds",
+                f"Histogram of time spent in {phase} phase for request.",
+                LATENCY_BUCKETS,
+            )
+
         self.iteration_tokens = histogram(
-            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_TOKEN_BUCKETS,
         )
         self.time_to_first_token = histogram(
-            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
         )
         self.time_per_output_token = histogram(
-            "vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", TPOT_BUCKETS
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            TPOT_BUCKETS,
         )
         self.e2e_latency = histogram(
-            "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", LATENCY_BUCKETS
-        )
-        self.queue_time = histogram(
-            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", LATENCY_BUCKETS
-        )
-        self.inference_time = histogram(
-            "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.",
             LATENCY_BUCKETS,
         )
-        self.prefill_time = histogram(
-            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-            LATENCY_BUCKETS,
-        )
-        self.decode_time = histogram(
-            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-            LATENCY_BUCKETS,
-        )
+        self.queue_time = phase_time("WAITING", "queue")
+        self.inference_time = phase_time("RUNNING", "inference")
+        self.prefill_time = phase_time("PREFILL", "prefill")
+        self.decode_time = phase_time("DECODE", "decode")
         self.request_prompt_tokens = histogram(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
         )
         self.request_generation_tokens = histogram(
-            "vllm:request_generation_tokens", "Number of generation tokens processed.", token_buckets
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            token_buckets,
         )
-        self.request_params_n = histogram("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
-        self.running = gauge("vllm:num_requests_running", "Number of requests currently running.")
-        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        self.kv_cache_usage = gauge("vllm:gpu_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self._families = [value for value in vars(self).values() if hasattr(value, "labels")]
-        self._instances: dict[tuple[str, str], set[str]] = {}
-        """(model, version) -> the instances that have series."""
+        self.request_params_n = histogram(
+            "vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS
+        )
 
     def remove(self, model: str, version: str) -> None:
         """Drop a model's series, every instance's (when it is unloaded), as Triton does."""
@@ -112,7 +137,9 @@ class VllmMetrics:
         for gauge in (self.running, self.waiting, self.kv_cache_usage):
             gauge.labels(model, version, instance).set(0)
 
-    def stat_logger_factory(self, model: str, version: str, instance: str = "0") -> Callable[[Any, int], StatLoggerBase]:
+    def stat_logger_factory(
+        self, model: str, version: str, instance: str = "0"
+    ) -> Callable[[Any, int], StatLoggerBase]:
         """A vLLM `StatLoggerFactory` recording into this engine's series."""
         self._instances.setdefault((model, version), set()).add(instance)
 
@@ -146,7 +173,13 @@ class ModelStatLogger(StatLoggerBase):
         self._waiting = metrics.waiting.labels(*labels)
         self._kv_cache = metrics.kv_cache_usage.labels(*labels)
 
-    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+    ) -> None:
         if scheduler_stats is not None:
             self._running.set(scheduler_stats.num_running_reqs)
             self._waiting.set(scheduler_stats.num_waiting_reqs)

@@ -31,8 +31,8 @@ class ChannelClosed(ConnectionError):
 
 
 class Channel:
-    """One end of a connection between the supervisor and a worker: `call` the other side,
-    and answer its calls with `handler`."""
+    """One end of a connection between the supervisor and a frontend process: `call` the
+    other side, and answer its calls with `handler`."""
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, handler: Handler

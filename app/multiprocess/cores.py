@@ -1,7 +1,8 @@
 """The supervisor's engine cores: one per model version, load and instance, each serving one
-client slot per worker. A core accepts each client once, so a worker asking again for a slot it
-already used (its engine restarted) gets a fresh core; the others' clients are told the old
-core is gone (vLLM's own notice) and their engines restart onto the new one."""
+client slot per frontend process. A core accepts each client once, so a frontend process
+asking again for a slot it already used (its engine restarted) gets a fresh core; the others'
+clients are told the old core is gone (vLLM's own notice) and their engines restart onto the
+new one."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ where its processes run (`ModelInstance.to_json`)."""
 
 @dataclass
 class CoreEntry:
-    """The current core of one key, and which workers took or gave back their slot."""
+    """The current core of one key, and which frontend processes took or gave back their
+    slot."""
 
     host: CoreHost | None = None
     epoch: int = 0
@@ -52,10 +54,11 @@ class CoreEntry:
 
 
 class EngineCores:
-    """Launches, watches, replaces and stops the engine cores of `workers` frontends."""
+    """Launches, watches, replaces and stops the engine cores of `frontend_processes`
+    processes (each core has a client slot for every one)."""
 
-    def __init__(self, workers: int, run_dir: Path, make_host: HostFactory) -> None:
-        self._workers = workers
+    def __init__(self, frontend_processes: int, run_dir: Path, make_host: HostFactory) -> None:
+        self._frontend_processes = frontend_processes
         self._run_dir = run_dir
         self._make_host = make_host
         self._entries: dict[CoreKey, CoreEntry] = {}
@@ -64,31 +67,32 @@ class EngineCores:
         self,
         key: CoreKey,
         engine_args: dict[str, Any],
-        worker: int,
+        frontend_process: int,
         instance: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Worker `worker`'s slot of the key's running core, launching a core first (placed as
-        `instance` says) when there is none, it died, or this worker already used its slot."""
+        """Frontend process `frontend_process`'s slot of the key's running core, launching a
+        core first (placed as `instance` says) when there is none, it died, or this process
+        already used its slot."""
         entry = self._entries.setdefault(key, CoreEntry())
         async with entry.lock:
-            if entry.host is None or not entry.alive or worker in entry.handed:
+            if entry.host is None or not entry.alive or frontend_process in entry.handed:
                 await self._replace(key, entry, engine_args, instance or {})
             assert entry.host is not None
-            entry.handed.add(worker)
-            entry.released.discard(worker)
-            slot = entry.host.slots[worker]
+            entry.handed.add(frontend_process)
+            entry.released.discard(frontend_process)
+            slot = entry.host.slots[frontend_process]
             return {"epoch": entry.epoch, **vars(slot)}
 
-    async def release(self, key: CoreKey, epoch: int, worker: int) -> None:
-        """A worker's engine on the core of `epoch` stopped; the core stops once no worker
-        uses it any more."""
+    async def release(self, key: CoreKey, epoch: int, frontend_process: int) -> None:
+        """A frontend process's engine on the core of `epoch` stopped; the core stops once no
+        frontend process uses it any more."""
         entry = self._entries.get(key)
         if entry is None or entry.epoch != epoch:
             return
         async with entry.lock:
             if entry.epoch != epoch:  # a fresh core launched while this waited for the lock
                 return
-            entry.released.add(worker)
+            entry.released.add(frontend_process)
             if entry.handed <= entry.released:
                 await self._stop(entry)
                 self._entries.pop(key, None)
@@ -112,7 +116,7 @@ class EngineCores:
                 key[1],
             )
             await self._stop(entry)
-        host = self._make_host(key, engine_args, instance, self._workers, self._run_dir)
+        host = self._make_host(key, engine_args, instance, self._frontend_processes, self._run_dir)
         await asyncio.to_thread(host.launch)
         entry.host, entry.alive = host, True
         entry.epoch += 1

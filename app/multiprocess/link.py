@@ -1,5 +1,6 @@
-"""A worker's side of the process group: its slots of the shared engine cores, the
-repository changes it shares with the other workers, and the metrics of all of them."""
+"""A frontend process's side of the group: its slots of the shared engine cores, the
+repository changes it shares with the other frontend processes, and the metrics of all of
+them."""
 
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ from app.repository.registry import ModelRegistry
 logger = logging.getLogger(__name__)
 
 FIRST_LOAD = "start"
-"""The load token of the models the workers start with."""
+"""The load token of the models the frontend processes start with."""
 
 
-class WorkerLink:
-    """Worker `index`'s channel to the supervisor listening at `path`; a `CoreBroker` for
-    its engines."""
+class FrontendProcessLink:
+    """Frontend process `index`'s channel to the supervisor listening at `path`; a
+    `CoreBroker` for its engines."""
 
     def __init__(self, index: int, path: str) -> None:
         self.index = index
@@ -101,7 +102,8 @@ class WorkerLink:
             await self._call(Op.RELEASE, key=key, epoch=epoch)
 
     async def metrics(self) -> bytes:
-        """Every worker's metrics, merged; a `ServerError` when one could not give its own."""
+        """Every frontend process's metrics, merged; a `ServerError` when one could not give
+        its own."""
         try:
             texts = await self._call(Op.GATHER, what=Op.METRICS)
         except RemoteError as exc:
@@ -111,7 +113,7 @@ class WorkerLink:
         return merge_expositions(texts)
 
     async def share(self, op: Op, name: str, **args: Any) -> None:
-        """Have every other worker apply a repository change this one made."""
+        """Have every other frontend process apply a repository change this one made."""
         try:
             await self._call(Op.SHARE, what=op, args={"name": name, **args})
         except RemoteError as exc:
@@ -120,7 +122,7 @@ class WorkerLink:
             ) from exc
 
     async def share_log_settings(self) -> None:
-        """Have every other worker take this one's log settings."""
+        """Have every other frontend process take this one's log settings."""
         settings = asdict(LOG_CONTROL.settings)
         try:
             await self._call(Op.SHARE, what=Op.LOG_SETTINGS, args=settings)
@@ -129,7 +131,7 @@ class WorkerLink:
             raise ServerError(message) from exc
 
     async def share_trace_setting(self, model: str, change: SettingsChange) -> None:
-        """Have every other worker make the same change of a trace setting."""
+        """Have every other frontend process make the same change of a trace setting."""
         try:
             args = {"model": model, "change": change_to_json(change)}
             await self._call(Op.SHARE, what=Op.TRACE_SETTING, args=args)
@@ -143,7 +145,7 @@ class WorkerLink:
 
     async def _call(self, op: Op, **args: Any) -> Any:
         assert self._channel is not None, "connect first"
-        return await self._channel.call(op, worker=self.index, **args)
+        return await self._channel.call(op, frontend_process=self.index, **args)
 
     async def _answer(self, name: str, args: dict[str, Any]) -> Any:
         op = Op(name)
@@ -167,10 +169,10 @@ class WorkerLink:
 
 
 class SharedModelRegistry(ModelRegistry):
-    """A worker's registry: a load or unload asked of it is made in every worker (each
-    starting its client of the same new engine core) before it returns."""
+    """A frontend process's registry: a load or unload asked of it is made in every frontend
+    process (each starting its client of the same new engine core) before it returns."""
 
-    def __init__(self, *args: Any, link: WorkerLink, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, link: FrontendProcessLink, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._link = link
         link.registry = self

@@ -1,4 +1,4 @@
-"""The calls of the link between the supervisor and its workers, sent by value."""
+"""The calls of the link between the supervisor and its frontend processes, sent by value."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import enum
 
 
 class Op(str, enum.Enum):
-    """What one side of the link asks of the other. A worker asks the supervisor to `HELLO`
-    (join), `READY`, `ACQUIRE` and `RELEASE` engine cores, `GATHER` every worker's answer to a
-    call or `SHARE` a change with the others; the supervisor asks workers for their `METRICS`
-    and passes on a shared `LOAD`, `UNLOAD`, `LOG_SETTINGS` or `TRACE_SETTING` change."""
+    """What one side of the link asks of the other. A frontend process asks the supervisor to
+    `HELLO` (join), `READY`, `ACQUIRE` and `RELEASE` engine cores, `GATHER` every frontend
+    process's answer to a call or `SHARE` a change with the others; the supervisor asks the
+    frontend processes for their `METRICS` and passes on a shared `LOAD`, `UNLOAD`,
+    `LOG_SETTINGS` or `TRACE_SETTING` change."""
 
     HELLO = "hello"
     READY = "ready"

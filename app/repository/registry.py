@@ -13,7 +13,8 @@ from pathlib import Path
 from app.errors import ModelConfigError, ModelNotFoundError
 from app.paths import PROJECT_ROOT
 from app.repository.engines import Supervision, new_served_model, start_engines, stop_engines
-from app.repository.heap import thawed_heap
+from app.repository.gc_freeze import thawed_heap
+from app.repository.index import RepositoryEntry, repository_index
 from app.repository.instances import HostDevices
 from app.repository.layout import (
     DUPLICATE_REASON,
@@ -31,7 +32,7 @@ from app.security.redaction import client_message
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EngineFactory", "LifecycleOptions", "ModelControl", "ModelRegistry", "RepositoryEntry"]
+__all__ = ["EngineFactory", "LifecycleOptions", "ModelControl", "ModelRegistry"]
 
 
 class ModelControl(str, Enum):
@@ -66,25 +67,8 @@ class LifecycleOptions:
     """A request may name the instance it runs on (app/core/routing.py's PIN_HEADER)."""
 
 
-@dataclass(frozen=True)
-class RepositoryEntry:
-    """One line of the repository index."""
-
-    name: str
-    version: str | None
-    state: str
-    """Empty for a model never loaded (Triton lists it with its name only)."""
-    reason: str = ""
-
-
 NOT_UNIQUE = "failed to poll model '%s': not unique across all model repositories"
 """Triton's log line for a model whose folder is in two repositories."""
-UNAVAILABLE = ModelState.UNAVAILABLE.value
-
-UNAVAILABLE_REASONS = {
-    ModelState.RESTARTING: "engine failed: restarting it",
-    ModelState.FAILED: "engine failed: restarts exhausted",
-}
 
 
 class ModelRegistry:
@@ -156,7 +140,9 @@ class ModelRegistry:
         if name not in folders:
             roots = ", ".join(map(str, self._roots))
             raise ModelConfigError(f"models ['{name}'] not found in repository {roots}")
-        return load_model(folders[name], folders[name].parent, self._check_engine_args, devices=self._devices)
+        return load_model(
+            folders[name], folders[name].parent, self._check_engine_args, devices=self._devices
+        )
 
     def _load_failure(self, exc: BaseException) -> str:
         if DUPLICATE_REASON in str(exc):
@@ -164,7 +150,9 @@ class ModelRegistry:
         return f"load failed: {client_message(str(exc), (*self._roots, PROJECT_ROOT))}"
 
     def _new(self, spec: ModelSpec) -> ServedModel:
-        return new_served_model(spec, self._factory, self._options.max_pending, self._options.allow_instance_pin)
+        return new_served_model(
+            spec, self._factory, self._options.max_pending, self._options.allow_instance_pin
+        )
 
     @property
     def _supervisors(self) -> dict[int, list[EngineSupervisor]]:
@@ -232,19 +220,7 @@ class ModelRegistry:
     def index(self) -> list[RepositoryEntry]:
         """Every model of the repository folders with the state of each loaded version; one
         in two repositories is UNAVAILABLE, as Triton lists it."""
-        folders, duplicates = model_folders(self._roots)
-        entries = []
-        for name in sorted(folders.keys() | duplicates):
-            if name in duplicates:
-                entries.append(RepositoryEntry(name, None, UNAVAILABLE, DUPLICATE_REASON))
-                continue
-            loaded = self._models.get(name, {})
-            entries.extend(index_entry(loaded[v]) for v in sorted(loaded, key=int))
-            if not loaded and name in self._reasons:
-                entries.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE.value, self._reasons[name]))
-            elif not loaded:
-                entries.append(RepositoryEntry(name, None, ""))
-        return entries
+        return repository_index(*model_folders(self._roots), self._models, self._reasons)
 
     async def start(self) -> None:
         """Start every engine, one after another; stop those started if one fails (with
@@ -301,7 +277,9 @@ class ModelRegistry:
     async def _load(self, name: str, folder: Path, override: ModelOverride | None) -> None:
         async with materialise(folder, override) as model_dir:
             provenance = override.provenance if override is not None else REPOSITORY_FILES
-            specs = load_model(model_dir, folder.parent, self._check_engine_args, provenance, self._devices)
+            specs = load_model(
+                model_dir, folder.parent, self._check_engine_args, provenance, self._devices
+            )
             current = list(self._models.get(name, {}).values())
             if current and not self._options.reload_in_place:
                 await self._reload_beside(name, specs, current)
@@ -311,7 +289,9 @@ class ModelRegistry:
         self._reasons.pop(name, None)
         self._reasons_at_start.discard(name)
 
-    async def _reload_beside(self, name: str, specs: list[ModelSpec], current: list[ServedModel]) -> None:
+    async def _reload_beside(
+        self, name: str, specs: list[ModelSpec], current: list[ServedModel]
+    ) -> None:
         fresh = [self._new(spec) for spec in specs]
         try:
             for served in fresh:
@@ -353,7 +333,9 @@ class ModelRegistry:
         """Stop supervising, drain (running requests finish, or are aborted after the drain
         timeout) and stop the engines of these model versions."""
         await self._supervision.stop(served_versions)
-        await asyncio.gather(*(s.drain(state, self._options.drain_timeout) for s in served_versions))
+        await asyncio.gather(
+            *(s.drain(state, self._options.drain_timeout) for s in served_versions)
+        )
         await stop_engines(served_versions)
 
     async def drain(self) -> None:
@@ -362,7 +344,9 @@ class ModelRegistry:
         self.draining = True
         served_versions = list(self)
         await self._supervision.stop(served_versions)
-        await asyncio.gather(*(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions))
+        await asyncio.gather(
+            *(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions)
+        )
 
     async def shutdown(self) -> None:
         """Stop every engine; one failing to stop does not keep the others running."""
@@ -373,18 +357,9 @@ class ModelRegistry:
     @asynccontextmanager
     async def _change(self, name: str) -> AsyncIterator[None]:
         """A load or unload of `name`: one at a time per model, with the heap thawed so that
-        the engines it stops are collected, frozen again after it (app/repository/heap.py).
+        the engines it stops are collected, frozen again after it (app/repository/gc_freeze.py).
         The change itself runs in a coroutine of its own, which holds the engines it
         stopped: once it returned, none of them is frozen with the heap."""
         async with self._locks.setdefault(name, asyncio.Lock()):
             with thawed_heap():
                 yield
-
-
-def index_entry(served: ServedModel) -> RepositoryEntry:
-    """A loaded version as the index shows it: a failed engine is UNAVAILABLE with a reason."""
-    if served.state in UNAVAILABLE_REASONS:
-        return RepositoryEntry(served.name, served.version, ModelState.UNAVAILABLE.value, UNAVAILABLE_REASONS[served.state])
-    if served.state is ModelState.READY and not served.is_ready:
-        return RepositoryEntry(served.name, served.version, ModelState.UNAVAILABLE.value, "engine unhealthy")
-    return RepositoryEntry(served.name, served.version, served.state.value)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from app.core.migration import MigratableEngine
 from app.core.types import InferenceEngine
 from app.errors import ServerError
-from app.repository.heap import thawed_heap
+from app.repository.gc_freeze import thawed_heap
 from app.repository.layout import ModelSpec
 from app.repository.liveness import ProgressWatch
 from app.repository.served_model import InstanceSlot, ModelState, ServedModel

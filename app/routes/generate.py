@@ -8,15 +8,10 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.errors import ServerError
+from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep, SettingsDep
 from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.repository.served_model import ServedModel
-from app.routes.dependencies import (
-    GenerateBody,
-    GenerationDep,
-    RegistryDep,
-    RequestLogDep,
-    SettingsDep,
-)
+from app.routes.bodies import GenerateBody
 from app.routes.openapi_examples import (
     ERROR_RESPONSES,
     EVENT_SOURCE_DESCRIPTION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.routes.dependencies import RegistryDep
+from app.http.dependencies import RegistryDep
 from app.routes.openapi_examples import READY_RESPONSES
 
 router = APIRouter(tags=["health"])

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from app.errors import InvalidRequestError
-from app.routes.dependencies import RuntimeDep
+from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
 from app.triton.logging_settings import (
     LOG_FILE_REFUSAL,

@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.http.dependencies import RuntimeDep
 from app.observability.exposition import exposition
-from app.routes.dependencies import RuntimeDep
 from app.routes.openapi_examples import METRICS_RESPONSE
 
 router = APIRouter(tags=["metrics"])

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.routes.dependencies import RegistryDep
+from app.http.dependencies import RegistryDep
 from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
 from app.triton.model_config import config_json, metadata_json

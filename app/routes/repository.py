@@ -10,13 +10,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from app.errors import InvalidRequestError
+from app.http.dependencies import RegistryDep, RuntimeDep
 from app.repository.overrides import (
     FILE_PREFIX,
     check_load_body_size,
     check_override_files,
     parse_override,
 )
-from app.routes.dependencies import RegistryDep, RuntimeDep, optional_json_body, parse_json_body
+from app.routes.bodies import optional_json_body, parse_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
 from app.triton.repository import check_control_requests

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.routes.dependencies import RuntimeDep
+from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
 from app.triton.statistics import statistics_json
 

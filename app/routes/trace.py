@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from app.errors import InvalidRequestError
-from app.routes.dependencies import RuntimeDep
+from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
 from app.triton.trace_settings import (
     FILE_REFUSAL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from app.repository.registry import RepositoryEntry
+from app.repository.index import RepositoryEntry
 
 HEADERS = ("Model", "Version", "Status")
 

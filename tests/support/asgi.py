@@ -107,7 +107,7 @@ def bindable(port: int) -> bool:
 def serve_in_thread(app: Any, side: Any = None, port: int | None = None) -> Iterator[str]:
     """The app under uvicorn in a thread, on a free port; yields its base URL. A side server
     (the gRPC frontend) runs in the same event loop, as `python -m app` runs it."""
-    from app.server import DrainingServer
+    from app.launch.server import DrainingServer
 
     port = port or free_port()
     transport = getattr(getattr(app, "state", None), "http_transport", None)

@@ -158,7 +158,7 @@ def test_the_architecture_picture_names_only_code_that_exists() -> None:
     )
     assert picture, "docs/architecture.md has its Mermaid picture"
     named = set(re.findall(r"\bapp/[a-z_/]+(?:\.py)?", picture.group(1)))
-    assert {"app/core", "app/engine", "app/supervisor.py"} <= named
+    assert {"app/core", "app/engine", "app/multiprocess/supervisor.py"} <= named
     missing = sorted(path for path in named if not (PROJECT_ROOT / path).exists())
     assert not missing, f"docs/architecture.md's picture names {missing}: update it"
 

@@ -19,16 +19,17 @@ from tritonclient.grpc import model_config_pb2
 
 from app.engine.client_slot import ClientSlot
 from app.errors import ServerError
+from app.launch.frontend_group import core_host, run_frontend_process
 from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import EngineCores
-from app.multiprocess.link import WorkerLink, decode_override, encode_override
+from app.multiprocess.link import FrontendProcessLink, decode_override, encode_override
 from app.multiprocess.metrics import merge_expositions
+from app.multiprocess.supervisor import Supervisor
+from app.multiprocess.supervisor import core_key as supervisor_core_key
 from app.observability.log_control import LOG_CONTROL
 from app.repository.instances import InstanceKind, ModelInstance
 from app.repository.overrides import ModelOverride
 from app.settings import Settings
-from app.supervisor import Supervisor, core_host, run_worker
-from app.supervisor import core_key as supervisor_core_key
 
 KEY = ("m", "1", "start", "0")
 
@@ -72,7 +73,7 @@ class Hosts:
         return host
 
 
-async def test_workers_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_one(
+async def test_frontend_processes_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_one(
     tmp_path: Path,
 ) -> None:
     hosts = Hosts()
@@ -81,23 +82,21 @@ async def test_workers_share_one_core_and_a_second_use_of_a_slot_gets_a_fresh_on
     second = await cores.acquire(KEY, {}, 1)
     assert len(hosts.made) == 1 and hosts.made[0].launched
     assert (first["index"], second["index"], first["epoch"]) == (0, 1, 1)
-    again = await cores.acquire(
-        KEY, {}, 0
-    )  # worker 0's engine restarted: the core cannot take it back
+    # frontend process 0's engine restarted: the core cannot take it back
+    again = await cores.acquire(KEY, {}, 0)
     assert len(hosts.made) == 2 and again["epoch"] == 2
-    assert (
-        hosts.made[0].notified and hosts.made[0].stopped
-    )  # worker 1's engine learns it must restart
+    # frontend process 1's engine learns it must restart
+    assert hosts.made[0].notified and hosts.made[0].stopped
     await cores.release(KEY, 1, 1)  # a release for the old core changes nothing
     assert not hosts.made[1].stopped
     await cores.stop_all()
 
 
-async def test_a_core_stops_once_every_worker_released_it(tmp_path: Path) -> None:
+async def test_a_core_stops_once_every_frontend_process_released_it(tmp_path: Path) -> None:
     hosts = Hosts()
     cores = EngineCores(2, tmp_path, hosts)
-    for worker in (0, 1):
-        await cores.acquire(KEY, {}, worker)
+    for process in (0, 1):
+        await cores.acquire(KEY, {}, process)
     await cores.release(KEY, 1, 0)
     assert not hosts.made[0].stopped
     await cores.release(KEY, 1, 1)
@@ -107,8 +106,9 @@ async def test_a_core_stops_once_every_worker_released_it(tmp_path: Path) -> Non
 async def test_a_release_of_the_old_core_during_a_replacement_does_not_count_against_the_new(
     tmp_path: Path,
 ) -> None:
-    """Worker 1 gives back its slot of the old core while worker 0's fresh core launches: once
-    worker 1 joins the new core, worker 0 leaving it must not stop it under worker 1."""
+    """Frontend process 1 gives back its slot of the old core while process 0's fresh core
+    launches: once process 1 joins the new core, process 0 leaving it must not stop it under
+    process 1."""
     launching, proceed = threading.Event(), threading.Event()
 
     class SlowHosts(Hosts):
@@ -126,9 +126,9 @@ async def test_a_release_of_the_old_core_during_a_replacement_does_not_count_aga
 
     hosts = SlowHosts()
     cores = EngineCores(2, tmp_path, hosts)
-    for worker in (0, 1):
-        await cores.acquire(KEY, {}, worker)
-    replacing = asyncio.ensure_future(cores.acquire(KEY, {}, 0))  # worker 0 restarted
+    for process in (0, 1):
+        await cores.acquire(KEY, {}, process)
+    replacing = asyncio.ensure_future(cores.acquire(KEY, {}, 0))  # process 0 restarted
     await asyncio.to_thread(launching.wait, 10)
     old_release = asyncio.ensure_future(cores.release(KEY, 1, 1))
     await asyncio.sleep(0.05)
@@ -137,7 +137,7 @@ async def test_a_release_of_the_old_core_during_a_replacement_does_not_count_aga
     await old_release
     assert (await cores.acquire(KEY, {}, 1))["epoch"] == 2
     await cores.release(KEY, 2, 0)
-    assert not hosts.made[1].stopped, "the core stopped while worker 1 still uses it"
+    assert not hosts.made[1].stopped, "the core stopped while process 1 still uses it"
     await cores.release(KEY, 2, 1)
     assert hosts.made[1].stopped
 
@@ -207,30 +207,33 @@ async def test_the_channel_answers_calls_both_ways_and_fails_them_when_closed() 
             await asyncio.sleep(60)
         return {"op": op, **args}
 
-    async def worker_side(op: str, args: dict[str, Any]) -> Any:
+    async def frontend_side(op: str, args: dict[str, Any]) -> Any:
         return "metrics text"
 
-    worker_end, supervisor_end = socket.socketpair()
-    worker = Channel(*await asyncio.open_connection(sock=worker_end), worker_side)
+    frontend_end, supervisor_end = socket.socketpair()
+    frontend = Channel(*await asyncio.open_connection(sock=frontend_end), frontend_side)
     supervisor = Channel(*await asyncio.open_connection(sock=supervisor_end), supervisor_side)
-    tasks = [asyncio.create_task(worker.serve()), asyncio.create_task(supervisor.serve())]
-    assert await worker.call("acquire", worker=1) == {"op": "acquire", "worker": 1}
+    tasks = [asyncio.create_task(frontend.serve()), asyncio.create_task(supervisor.serve())]
+    assert await frontend.call("acquire", frontend_process=1) == {
+        "op": "acquire",
+        "frontend_process": 1,
+    }
     assert await supervisor.call("metrics") == "metrics text"
     with pytest.raises(RemoteError, match="the field 'x' is wrong") as raised:
-        await worker.call("fail")
+        await frontend.call("fail")
     assert raised.value.kind == "ValueError"
-    pending = asyncio.create_task(worker.call("hang"))
+    pending = asyncio.create_task(frontend.call("hang"))
     await asyncio.sleep(0.05)
     await supervisor.close()
-    await worker.close()
+    await frontend.close()
     with pytest.raises(ChannelClosed):
         await asyncio.wait_for(pending, 5)
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Answering:
-    """A worker's channel as the supervisor sees it, answering a call with `reply` (raised
-    when it is an exception)."""
+    """A frontend process's channel as the supervisor sees it, answering a call with `reply`
+    (raised when it is an exception)."""
 
     def __init__(self, reply: object) -> None:
         self.reply = reply
@@ -241,8 +244,8 @@ class Answering:
         return self.reply
 
 
-async def test_a_gather_leaves_out_a_worker_gone_but_fails_on_one_that_failed() -> None:
-    """A frontend whose metrics failed must fail the scrape, not vanish from it."""
+async def test_a_gather_leaves_out_a_frontend_process_gone_but_fails_on_one_that_failed() -> None:
+    """A frontend process whose metrics failed must fail the scrape, not vanish from it."""
     supervisor = Supervisor.__new__(Supervisor)
     supervisor._channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}  # type: ignore[dict-item]
     assert await supervisor._gather("metrics") == ["a"]
@@ -253,8 +256,8 @@ async def test_a_gather_leaves_out_a_worker_gone_but_fails_on_one_that_failed() 
         await supervisor._gather("metrics")
 
 
-async def test_a_worker_answers_a_failed_gather_of_metrics_with_a_server_error() -> None:
-    link = WorkerLink(0, "unused")
+async def test_a_frontend_process_answers_a_failed_gather_of_metrics_with_a_server_error() -> None:
+    link = FrontendProcessLink(0, "unused")
 
     async def failing(op: str, **args: Any) -> object:
         raise RemoteError("AttributeError", "no get_num_unfinished_requests")
@@ -309,6 +312,7 @@ async def test_each_frontend_process_is_spawned_with_the_supervisors_log_file(
     monkeypatch.setattr(LOG_CONTROL, "file", "/logs/server.log")
     supervisor = Supervisor.__new__(Supervisor)
     supervisor._processes = {}
+    supervisor._frontend_main = run_frontend_process
     settings = Settings()
     try:
         supervisor._spawn(0, settings, "supervisor.sock")
@@ -328,7 +332,7 @@ def test_a_frontend_process_logs_to_the_file_it_is_given(monkeypatch: pytest.Mon
 
     monkeypatch.setattr("app.main.configure_logs", configure_logs)
     with pytest.raises(Configured, match=r"^/logs/server\.log$"):
-        run_worker(0, Settings(), "supervisor.sock", "/logs/server.log")
+        run_frontend_process(0, Settings(), "supervisor.sock", "/logs/server.log")
 
 
 async def test_each_instance_of_a_model_gets_its_own_core_placed_as_the_instance_is(
@@ -337,11 +341,11 @@ async def test_each_instance_of_a_model_gets_its_own_core_placed_as_the_instance
     hosts = Hosts()
     cores = EngineCores(2, tmp_path, hosts)
     placements = [ModelInstance(i, f"m_{i}", InstanceKind.CPU, cpus=(i,)) for i in (0, 1)]
-    for worker in (0, 1):
+    for process in (0, 1):
         for instance in placements:
             key = ("m", "1", "start", str(instance.index))
-            await cores.acquire(key, {}, worker, instance.to_json())
-    assert len(hosts.made) == 2, "one core per instance, shared by both workers"
+            await cores.acquire(key, {}, process, instance.to_json())
+    assert len(hosts.made) == 2, "one core per instance, shared by both frontend processes"
     assert hosts.placed == [
         (("m", "1", "start", "0"), placements[0].to_json()),
         (("m", "1", "start", "1"), placements[1].to_json()),

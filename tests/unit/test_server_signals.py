@@ -13,7 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app import server as server_module
-from app.server import SAME_STOP_SECONDS, DrainingServer
+from app.launch.server import SAME_STOP_SECONDS, DrainingServer
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
-"""Typed dependencies of the routes: the runtime's parts, settings and the request's log
-(shared with every HTTP frontend, from app/http), and the Triton request bodies."""
+"""Request bodies read by hand as JSON, whatever their Content-Type (curl -d sends a form type,
+tritonclient none), as FastAPI dependencies: Triton's generate body and the optional
+bodies of the repository extension. The runtime's parts are app/http/dependencies.py's."""
 
 from __future__ import annotations
 
@@ -10,36 +11,8 @@ from fastapi import Depends, Request
 from pydantic import BaseModel
 
 from app.errors import InvalidRequestError
-from app.http.dependencies import (
-    GenerationDep,
-    RegistryDep,
-    RequestLogDep,
-    RuntimeDep,
-    SettingsDep,
-    get_generation,
-    get_registry,
-    get_request_log,
-    get_runtime,
-    get_settings,
-)
 from app.schemas.generate import GenerateRequest
 from app.schemas.validation import validate_json
-
-__all__ = [
-    "GenerateBody",
-    "GenerationDep",
-    "RegistryDep",
-    "RequestLogDep",
-    "RuntimeDep",
-    "SettingsDep",
-    "get_generation",
-    "get_registry",
-    "get_request_log",
-    "get_runtime",
-    "get_settings",
-    "optional_json_body",
-    "parse_json_body",
-]
 
 BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
