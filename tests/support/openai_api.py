@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+
+from tests.support.responses import Response
 
 ENGINE_UNFINISHED = "server_engine_requests_unfinished"
 
@@ -17,7 +21,7 @@ def engine_unfinished(base_url: str, headers: dict[str, str] | None = None) -> f
     )
 
 
-def openai_error(response: httpx.Response, status: int) -> dict:
+def openai_error(response: Response, status: int) -> dict[str, Any]:
     """The `error` object of an OpenAI-shaped error response with `status`."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
@@ -25,5 +29,6 @@ def openai_error(response: httpx.Response, status: int) -> dict:
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, (
         body
     )
-    assert body["error"]["code"] == status
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    assert error["code"] == status
+    return error
