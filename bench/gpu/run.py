@@ -61,10 +61,13 @@ the H100)."""
 
 
 def parse_levels(text: str) -> list[tuple[int, int, int]]:
-    levels = [tuple(int(part) for part in level.split(":")) for level in text.split(",")]
-    if any(len(level) != 3 or level[0] % level[2] for level in levels):
-        raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
-    return levels  # type: ignore[return-value]
+    levels: list[tuple[int, int, int]] = []
+    for level in text.split(","):
+        parts = [int(part) for part in level.split(":")]
+        if len(parts) != 3 or parts[0] % parts[2]:
+            raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
+        levels.append((parts[0], parts[1], parts[2]))
+    return levels
 
 
 def parse_args() -> argparse.Namespace:

@@ -54,7 +54,7 @@ class Server:
     """A started server target: its process, port, readiness URL and load-generator kind."""
 
     target: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[Any]
     port: int
     ready: str
     kind: str
