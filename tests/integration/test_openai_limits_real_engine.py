@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from tests.support.openai_api import engine_unfinished, openai_error
+from tests.support.openai_api import body_of, engine_unfinished, openai_error
 from tests.support.servers import RunningServer, start_server
 
 KEY = "test-key"
@@ -57,8 +57,9 @@ def test_api_key_as_bearer_with_the_sdk(limited: RunningServer) -> None:
         openai.OpenAI(base_url=base, api_key="wrong", max_retries=0) as wrong,
     ):
         wrong.models.list()
-    assert refused.value.status_code == 401 and isinstance(refused.value.body, dict)
-    assert refused.value.body["type"] == "UnauthorizedError"
+    assert (
+        refused.value.status_code == 401 and body_of(refused.value)["type"] == "UnauthorizedError"
+    )
     with openai.OpenAI(base_url=base, api_key=KEY, max_retries=0) as client:
         assert [m.id for m in client.models.list()] == [MODEL]
         stream = client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, stream=True)

@@ -12,20 +12,23 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from openai.types import Completion, CompletionUsage
 from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
     ChatCompletionTokenLogprob,
     ChatCompletionToolParam,
 )
-from pydantic import BaseModel
 from transformers import AutoTokenizer
 
 from app.paths import PROJECT_ROOT
-from tests.support.openai_api import engine_unfinished, openai_error
+from tests.support.openai_api import (
+    body_of,
+    engine_unfinished,
+    extra_of,
+    openai_error,
+    usage_of,
+    wait_engine_idle,
+)
 from tests.support.servers import RunningServer
 
 MODEL = "smollm2"
@@ -44,22 +47,6 @@ WEATHER: ChatCompletionToolParam = {
         },
     },
 }
-
-
-def usage_of(result: Completion | ChatCompletion | ChatCompletionChunk) -> CompletionUsage:
-    assert result.usage is not None, "no usage"
-    return result.usage
-
-
-def extra_of(model: BaseModel) -> dict[str, Any]:
-    """The fields of an SDK object beyond those the SDK declares (vLLM's own)."""
-    assert model.model_extra is not None
-    return model.model_extra
-
-
-def body_of(error: openai.APIStatusError) -> dict[str, Any]:
-    assert isinstance(error.body, dict), error.body
-    return error.body
 
 
 @pytest.fixture(scope="module")
@@ -317,15 +304,6 @@ def test_bad_input_and_unknown_models_in_openai_shape(
     assert body_of(too_long.value)["param"] == "max_tokens"
     error = openai_error(httpx.post(f"{server.base_url}/v1/completions", content=b"{not json"), 400)
     assert error["type"] == "BadRequestError" and "not valid JSON" in error["message"]
-
-
-def wait_engine_idle(base_url: str, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine_unfinished(base_url) == 0:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,16 @@
-"""Helpers of the OpenAI API tests: the engine's own request count, OpenAI error bodies."""
+"""Helpers of the OpenAI API tests: the engine's own request count, OpenAI error bodies, the
+Optional parts of the SDK's answers checked present."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
+import openai
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from pydantic import BaseModel
 
 from tests.support.responses import Response
 
@@ -21,6 +27,16 @@ def engine_unfinished(base_url: str, headers: dict[str, str] | None = None) -> f
     )
 
 
+def wait_engine_idle(base_url: str, timeout: float = 10) -> bool:
+    """Until the engine holds no request (True), or `timeout` seconds (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine_unfinished(base_url) == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def openai_error(response: Response, status: int) -> dict[str, Any]:
     """The `error` object of an OpenAI-shaped error response with `status`."""
     assert response.status_code == status, response.text
@@ -32,3 +48,20 @@ def openai_error(response: Response, status: int) -> dict[str, Any]:
     error: dict[str, Any] = body["error"]
     assert error["code"] == status
     return error
+
+
+def usage_of(result: Completion | ChatCompletion | ChatCompletionChunk) -> CompletionUsage:
+    assert result.usage is not None, "no usage"
+    return result.usage
+
+
+def extra_of(model: BaseModel) -> dict[str, Any]:
+    """The fields of an SDK object beyond those the SDK declares (vLLM's own)."""
+    assert model.model_extra is not None
+    return model.model_extra
+
+
+def body_of(error: openai.APIStatusError) -> dict[str, Any]:
+    """The JSON body of the SDK's error."""
+    assert isinstance(error.body, dict), error.body
+    return error.body
