@@ -24,7 +24,7 @@ from bench.machine import machine_info
 from bench.progress import Progress
 from bench.reliability import TARGETS as RELIABILITY_TARGETS
 from bench.servers import descendants, stop_all, stop_new_descendants
-from bench.stats import protocol_ratios, ratios
+from bench.stats import Ratio, protocol_ratios, ratios
 from bench.suite import Outcome, run_all
 
 TARGETS = (
@@ -168,7 +168,13 @@ def quiet_engine_logs(log_dir: Path) -> None:
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(path)
 
 
-def render(outcome: Outcome, found: list, goals: list, grpc: list, found_openai: list) -> str:
+def render(
+    outcome: Outcome,
+    found: list[Ratio],
+    goals: list[dict[str, Any]],
+    grpc: list[Ratio],
+    found_openai: list[Ratio],
+) -> str:
     parts = []
     if outcome.results:
         parts += ["Streaming workload", report.results_table(outcome.results)]
@@ -229,7 +235,7 @@ def write_results(
     found_openai = [r for r in ratios(outcome.results, "ours-openai") if r.versus == "vllm-openai"]
     goals = report.checks(found, outcome.micro, grpc) + report.openai_checks(found_openai)
     print(render(outcome, found, goals, grpc, found_openai))
-    payload = {
+    payload: dict[str, Any] = {
         "started": stamp,
         "command": " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine_info(),

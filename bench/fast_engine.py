@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
 from app.engine.sampling import to_sampling_params
@@ -61,7 +61,7 @@ class FastEngine:
     async def ping(self, timeout: float) -> None:
         return None
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         params = to_sampling_params(request.sampling, request.stream)  # as the vLLM engine does
         total = params.max_tokens or 16
         prompt_tokens = len(request.prompt.split())

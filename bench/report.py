@@ -84,11 +84,11 @@ def ratios_table(found: Sequence[Ratio]) -> str:
         rows.append(
             [
                 str(c),
-                fmt(engine and engine.tokens_per_s, 2),
-                fmt(vllm and vllm.tokens_per_s, 2),
-                fmt(engine and engine.ttft_p50, 2),
-                fmt(vllm and vllm.ttft_p50, 2),
-                fmt(engine and engine.ttft_p50_delta_ms, 1),
+                fmt(engine.tokens_per_s if engine else None, 2),
+                fmt(vllm.tokens_per_s if vllm else None, 2),
+                fmt(engine.ttft_p50 if engine else None, 2),
+                fmt(vllm.ttft_p50 if vllm else None, 2),
+                fmt(engine.ttft_p50_delta_ms if engine else None, 1),
             ]
         )
     return markdown(header, rows)
@@ -174,7 +174,7 @@ def checks(
     """The issue's targets, each met or missed with the figures behind it (never asserted)."""
     out = []
 
-    def add(goal: str, values: list[float | None], ok: bool) -> None:
+    def add(goal: str, values: Sequence[float | None], ok: bool) -> None:
         out.append({"goal": goal, "values": values, "met": bool(values) and ok})
 
     vs_vllm = [r.tokens_per_s for r in found if r.versus == "vllm-openai"]

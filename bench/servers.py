@@ -30,7 +30,8 @@ class ServerError(RuntimeError):
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def free_ports(count: int) -> list[int]:

@@ -8,12 +8,15 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
 
 PROTOCOLS = ("sse", "grpc", "openai")
 REFUSED_STATUSES = (429, 503)

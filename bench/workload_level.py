@@ -89,7 +89,7 @@ def start_clients(
     target: str,
     endpoint: Endpoint,
     folder: Path,
-) -> list[subprocess.Popen]:
+) -> list[subprocess.Popen[bytes]]:
     """The level's K client processes, each waiting at the barrier in `folder`."""
     scale: Scale = args.sizes
     model = args.models / shape
@@ -109,7 +109,7 @@ def start_clients(
     return clients
 
 
-def wait_for_clients(folder: Path, clients: list[subprocess.Popen]) -> None:
+def wait_for_clients(folder: Path, clients: list[subprocess.Popen[bytes]]) -> None:
     """Until every client is at the barrier (or one has failed)."""
     while len(list(folder.glob("*.ready"))) < len(clients):
         if any(c.poll() not in (None, 0) for c in clients):
@@ -149,7 +149,7 @@ def py_spy() -> str:
     return shutil.which("py-spy") or str(beside)
 
 
-def record_all(pids: list[int], out: Path) -> list[subprocess.Popen]:
+def record_all(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
     """py-spy records (raw collapsed stacks) of each of the server's processes."""
     out.mkdir(parents=True, exist_ok=True)
     time.sleep(1.0)  # past the clients' first requests

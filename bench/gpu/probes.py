@@ -57,10 +57,10 @@ def machine_cpu() -> tuple[float, float]:
 def machine_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
     """Busy CPUs on average between two machine_cpu() readings."""
     busy, total = after[0] - before[0], after[1] - before[1]
-    return round(os.cpu_count() * busy / total, 2) if total else float("nan")
+    return round((os.cpu_count() or 1) * busy / total, 2) if total else float("nan")
 
 
-def record_profiles(server: int, out: Path, settle: float = 0.5) -> list[subprocess.Popen]:
+def record_profiles(server: int, out: Path, settle: float = 0.5) -> list[subprocess.Popen[bytes]]:
     """py-spy records (collapsed stacks, by thread) of the server's two busiest processes,
     chosen over the level's first second; idle samples are left out. (Without setproctitle
     every process is `python3`: the threads name them, the engine core's own are

@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -60,10 +61,13 @@ the H100)."""
 
 
 def parse_levels(text: str) -> list[tuple[int, int, int]]:
-    levels = [tuple(int(part) for part in level.split(":")) for level in text.split(",")]
-    if any(len(level) != 3 or level[0] % level[2] for level in levels):
-        raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
-    return levels  # type: ignore[return-value]
+    levels: list[tuple[int, int, int]] = []
+    for level in text.split(","):
+        parts = [int(part) for part in level.split(":")]
+        if len(parts) != 3 or parts[0] % parts[2]:
+            raise SystemExit(f"--levels {text!r}: each level is C:R:K with K dividing C")
+        levels.append((parts[0], parts[1], parts[2]))
+    return levels
 
 
 def parse_args() -> argparse.Namespace:
@@ -192,7 +196,7 @@ class Run:
             for server in servers.values():
                 stop(server.process)
 
-    def launch_engine(self, shape: str, engine_args: dict) -> EngineSession:
+    def launch_engine(self, shape: str, engine_args: dict[str, Any]) -> EngineSession:
         raw = self.raw_dir / f"{shape}-engine"
         for stale in raw.parent.glob(f"{raw.name}.*"):
             stale.unlink()
@@ -213,7 +217,7 @@ class Run:
         return engine
 
     def start_all(
-        self, shape: str, names: list[str], engine_args: dict, with_engine: bool
+        self, shape: str, names: list[str], engine_args: dict[str, Any], with_engine: bool
     ) -> tuple[dict[str, Server], EngineSession | None]:
         """The first server alone (it fills the compile cache), then the others and (with
         `with_engine`) the in-process engine at once."""
@@ -228,7 +232,7 @@ class Run:
         return started, self.wait_engine(shape, engine) if engine is not None else None
 
     def launch_servers(
-        self, shape: str, names: list[str], batch: list[str], engine_args: dict
+        self, shape: str, names: list[str], batch: list[str], engine_args: dict[str, Any]
     ) -> dict[str, Server]:
         """`batch` of the servers `names`, each on its own port, launched `LAUNCH_GAP` apart
         (not waited for)."""
@@ -263,7 +267,7 @@ class Run:
         self,
         shape: str,
         server: Server,
-        extra: dict,
+        extra: dict[str, Any],
         profile: Path | None = None,
         skip_c1: bool = False,
     ) -> None:
@@ -313,7 +317,9 @@ class Run:
         self.engine_round(shape, engine, "profile", {"round": "profile"})
         recorder.join()
 
-    def engine_round(self, shape: str, engine: EngineSession, tag: str, extra: dict) -> None:
+    def engine_round(
+        self, shape: str, engine: EngineSession, tag: str, extra: dict[str, Any]
+    ) -> None:
         for level in engine.round(tag):
             write(self.results, {"shape": shape, "target": "engine", **extra, **level})
 
@@ -325,7 +331,7 @@ def default_processes() -> int:
     return max(Settings().frontend_process_count(), 2)
 
 
-def write(path: Path, record: dict) -> None:
+def write(path: Path, record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
     with path.open("a") as file:
         file.write(json.dumps(record) + "\n")

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 2048}
@@ -23,7 +24,9 @@ OURS = re.compile(r"ours(\d+)(m?)(g?)")
 driven over gRPC."""
 
 
-def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float = 600) -> float:
+def wait_ready(
+    url: str, process: subprocess.Popen[bytes], start: float, timeout: float = 600
+) -> float:
     """Seconds from `start` (the launch) until the server answers ready."""
     while time.time() - start < timeout:
         if process.poll() is not None:
@@ -37,7 +40,7 @@ def wait_ready(url: str, process: subprocess.Popen, start: float, timeout: float
     raise RuntimeError("server not ready")
 
 
-def repository(models: Path, shape: str, target: str, engine_args: dict) -> Path:
+def repository(models: Path, shape: str, target: str, engine_args: dict[str, Any]) -> Path:
     root = models / f"repo-{shape}-{target}" / shape
     (root / "1").mkdir(parents=True, exist_ok=True)
     (root / "config.pbtxt").write_text('backend: "vllm"\ninstance_group [ { kind: KIND_MODEL } ]\n')
@@ -51,7 +54,7 @@ class Server:
     """A started server target: its process, port, readiness URL and load-generator kind."""
 
     target: str
-    process: subprocess.Popen
+    process: subprocess.Popen[Any]
     port: int
     ready: str
     kind: str
@@ -78,7 +81,7 @@ def start_server(
     shape: str,
     log: Path,
     port: int = 8000,
-    engine_args: dict | None = None,
+    engine_args: dict[str, Any] | None = None,
 ) -> Server:
     engine_args = engine_args or ENGINE_ARGS
     env = dict(os.environ)
@@ -86,7 +89,10 @@ def start_server(
         argv = vllm_argv(target.removeprefix("vllm"), models, shape, port, engine_args)
         kind, ready = "openai", f"http://127.0.0.1:{port}/health"
     else:
-        processes, metrics, grpc = OURS.fullmatch(target).groups()
+        match = OURS.fullmatch(target)
+        if match is None:
+            raise ValueError(f"unknown target {target!r}")
+        processes, metrics, grpc = match.groups()
         env.update(
             FRONTEND_PROCESSES=processes,
             GRPC_PORT=str(grpc_port(port)) if grpc else "0",
@@ -103,7 +109,9 @@ def start_server(
     return Server(target, process, port, ready, kind)
 
 
-def vllm_argv(count: str, models: Path, shape: str, port: int, engine_args: dict) -> list[str]:
+def vllm_argv(
+    count: str, models: Path, shape: str, port: int, engine_args: dict[str, Any]
+) -> list[str]:
     """`vllm serve` of a shape with `count` API processes and the engine arguments as flags."""
     argv = [
         *vllm_cli(),
@@ -138,7 +146,7 @@ def vllm_cli() -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the server's whole session, SIGKILL after a minute; then let ports free up."""
     try:
         os.killpg(process.pid, signal.SIGTERM)

@@ -8,8 +8,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-Record = dict
+Record = dict[str, Any]
 TARGET = re.compile(r"^(ours|vllm)(\d+)$")
 
 
@@ -103,11 +104,17 @@ def fmt(value: float | None, digits: int = 0) -> str:
 def ratio(top: Record | None, bottom: Record | None) -> float | None:
     if not top or not bottom or not bottom["tok_s"]:
         return None
-    return top["tok_s"] / bottom["tok_s"]
+    quotient: float = top["tok_s"] / bottom["tok_s"]
+    return quotient
+
+
+def value_of(record: Record | None, field: str) -> Any:
+    """The record's field; None where the target did not run."""
+    return record[field] if record else None
 
 
 def three(field: str, rows: list[Record | None], digits: int) -> str:
-    return " / ".join(fmt(r[field] if r else None, digits) for r in rows)
+    return " / ".join(fmt(value_of(r, field), digits) for r in rows)
 
 
 def render(records: list[Record], detailed: bool = True) -> str:
@@ -124,9 +131,9 @@ def render(records: list[Record], detailed: bool = True) -> str:
     for cell in cells(records, n):
         e, o, v, vn = cell.engine, cell.ours, cell.vllm, cell.vllm_n
         lines.append(
-            f"| {cell.shape} | {cell.c} | {fmt(e and e['tok_s'])} | {fmt(o and o['tok_s'])} "
-            f"| {fmt(v and v['tok_s'])} "
-            f"| {fmt(vn and vn['tok_s'])} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} "
+            f"| {cell.shape} | {cell.c} | {fmt(value_of(e, 'tok_s'))} "
+            f"| {fmt(value_of(o, 'tok_s'))} | {fmt(value_of(v, 'tok_s'))} "
+            f"| {fmt(value_of(vn, 'tok_s'))} | {fmt(ratio(o, v), 2)} | {fmt(ratio(o, vn), 2)} "
             f"| {fmt(ratio(o, e), 2)} "
             f"| {three('itl_p99_ms', [o, v, vn], 1)} | {three('ttft_p50_ms', [o, v, vn], 0)} "
             f"| {three('server_cpu_us_per_token', [o, v, vn], 0)} |"
@@ -188,9 +195,9 @@ def variants(records: list[Record], n: int) -> list[str]:
             lines.append(
                 f"- {shape} C={c}: {on['tok_s']:,.0f} tok/s, {fmt(ratio(on, off), 2)} × ours{n}"
                 f"{after_ours}; TTFT p50 {fmt(on.get('ttft_p50_ms'), 1)} ms "
-                f"(ours{n} {fmt(off and off.get('ttft_p50_ms'), 1)}), "
+                f"(ours{n} {fmt(value_of(off, 'ttft_p50_ms'), 1)}), "
                 f"ITL p99 {fmt(on.get('itl_p99_ms'), 1)} ms "
-                f"(ours{n} {fmt(off and off.get('itl_p99_ms'), 1)})"
+                f"(ours{n} {fmt(value_of(off, 'itl_p99_ms'), 1)})"
             )
     return lines
 
@@ -226,9 +233,10 @@ def lone_request_profile(records: list[Record]) -> list[str]:
     for (shape, target), rs in sorted(rounds.items()):
         client = {f: mean_of([r.get(f) for r in rs]) for f in CLIENT}
         server = {f: mean_of([r.get("server_ms", {}).get(f) for r in rs]) for f in PROFILED}
+        client_ttft, server_ttft = client["ttft_mean_ms"], server["ttft"]
         share = (
-            client["ttft_mean_ms"] - server["ttft"]
-            if None not in (client["ttft_mean_ms"], server["ttft"])
+            client_ttft - server_ttft
+            if client_ttft is not None and server_ttft is not None
             else None
         )
         lines.append(

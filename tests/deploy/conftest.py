@@ -78,11 +78,15 @@ def server_pod(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     deployments = find(docs, "Deployment")
     if deployments:
         (deployment,) = deployments
-        return deployment["spec"]["template"]["spec"]
-    return one(docs, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    else:
+        leader_set = one(docs, "LeaderWorkerSet")
+        pod = leader_set["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    return pod
 
 
 def container(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    server: dict[str, Any]
     (server,) = server_pod(docs)["containers"]
     return server
 

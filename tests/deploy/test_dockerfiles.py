@@ -22,9 +22,9 @@ import yaml
 from app.paths import PROJECT_ROOT
 from tests.deploy.conftest import CHART, DOCKER, tool
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 DOCKERFILES = {"gpu": DOCKER / "Dockerfile", "cpu": DOCKER / "Dockerfile.cpu"}

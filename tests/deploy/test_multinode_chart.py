@@ -127,10 +127,12 @@ def lws(sets: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def group(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["spec"]["leaderWorkerTemplate"]
+    template: dict[str, Any] = doc["spec"]["leaderWorkerTemplate"]
+    return template
 
 
 def only_container(template: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any]
     (container,) = template["spec"]["containers"]
     return container
 

@@ -121,7 +121,9 @@ def openai(route: str, model: str) -> st.SearchStrategy[Request]:
             }
         )
         prompt, field = st.lists(message, min_size=1, max_size=3), "messages"
-    extra = st.one_of(st.just({}), st.fixed_dictionaries({"response_format": RESPONSE_FORMATS}))
+    extra: st.SearchStrategy[dict[str, Any]] = st.one_of(
+        st.just({}), st.fixed_dictionaries({"response_format": RESPONSE_FORMATS})
+    )
     body = st.tuples(models(model), prompt, with_grammar(sampling_values()), extra, st.booleans())
     path = "/v1/" + ("completions" if route == COMPLETIONS else "chat/completions")
     return body.map(

@@ -88,7 +88,7 @@ def test_model_infer(served: tuple[str, str], stub: Any, fuzz_report: None) -> N
             stub.ModelInfer(request, timeout=60)
             code = "OK"
         except grpc.RpcError as error:
-            code = error.code().name  # type: ignore[attr-defined]
+            code = error.code().name
         REPORT.record("gRPC ModelInfer", code, time.perf_counter() - started)
         assert code in {"UNIMPLEMENTED", "NOT_FOUND", "INVALID_ARGUMENT", "UNAVAILABLE"}, code
 

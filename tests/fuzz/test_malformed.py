@@ -21,7 +21,7 @@ from tests.support.repository import write_model
 def fuzz_app(root: Path):
     write_model(root, "fake")
     settings = Settings(
-        model_repository=root,
+        model_repository=[root],
         max_request_body_bytes=1 << 20,
         model_control_mode="explicit",
         load_model=["*"],

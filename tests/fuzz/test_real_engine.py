@@ -92,10 +92,12 @@ def test_schemathesis(
     document = requests.get(f"{engine_server.base_url}/openapi.json", timeout=60).json()
     operation = schemathesis.openapi.from_dict(without_binary(document))[path][method]
     named = {"model_name": MODEL} if "{model_name}" in path else {}
+    # The modes by value: GenerationMode is a StrEnum (Python 3.11), so mypy, which checks for
+    # Python 3.10, takes its members for plain strings
     cases = st.one_of(
         [
             operation.as_strategy(generation_mode=mode, path_parameters=named)
-            for mode in GenerationMode
+            for mode in map(GenerationMode, ("positive", "negative"))
         ]
     )
     session = requests.Session()

@@ -25,6 +25,7 @@ class Container:
     name: str
 
     def inspect(self) -> dict[str, Any]:
+        state: dict[str, Any]
         (state,) = json.loads(run(self.tool, "inspect", self.name).stdout)
         return state
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import threading
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -134,7 +135,7 @@ def test_runs_as_non_root_on_a_read_only_root_with_a_writable_cache(
     )
 
 
-def health_status(state: dict) -> str:
+def health_status(state: dict[str, Any]) -> str:
     health = state["State"].get("Health") or state["State"].get("Healthcheck") or {}
     return str(health.get("Status", ""))
 
@@ -160,7 +161,7 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     env = dict(item.split("=", 1) for item in container.inspect()["Config"]["Env"])
     drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
     body = {"text_input": "Count to fifty", "parameters": {"max_tokens": 64, "ignore_eos": True}}
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     first = threading.Event()
 
     def stream() -> None:

@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -46,7 +47,7 @@ class Stack:
         return f"http://localhost:{self.env[variable]}"
 
 
-def prometheus_query(stack: Stack, query: str) -> list[dict]:
+def prometheus_query(stack: Stack, query: str) -> list[dict[str, Any]]:
     response = httpx.get(
         stack.url("TVG_PROMETHEUS_PORT") + "/api/v1/query", params={"query": query}, timeout=10
     )

@@ -137,6 +137,12 @@ def start_generation(
     expect(page.locator("#status")).to_have_attribute("data-state", "streaming")
 
 
+def text_of(page: Page, selector: str) -> str:
+    text = page.locator(selector).text_content()
+    assert text is not None, selector
+    return text
+
+
 def test_playground_streams_a_real_answer(page: Page, http: httpx.Client) -> None:
     prompt = "Name three colours of the rainbow."
     start_generation(page, prompt, max_tokens=32, temperature=0)
@@ -156,9 +162,9 @@ def test_playground_streams_a_real_answer(page: Page, http: httpx.Client) -> Non
         },
     ).json()
     assert streamed and streamed == expected["text_output"]
-    assert int(page.locator("#tokens").text_content()) == expected["num_output_tokens"]
-    assert re.fullmatch(r"\d+ ms", page.locator("#ttft").text_content())
-    assert float(page.locator("#rate").text_content()) > 0
+    assert int(text_of(page, "#tokens")) == expected["num_output_tokens"]
+    assert re.fullmatch(r"\d+ ms", text_of(page, "#ttft"))
+    assert float(text_of(page, "#rate")) > 0
     page.screenshot(path=ARTIFACTS / "playground.png")
 
 
@@ -228,7 +234,7 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("keyed")
     write_model(root, "fake")
     app = create_app(
-        Settings(model_repository=root, api_keys=["browser-key"]),
+        Settings(model_repository=[root], api_keys=["browser-key"]),
         engine_factory=lambda spec: FakeEngine(step_delay=0.02),
     )
     with serve_in_thread(app) as base_url:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -198,7 +199,7 @@ def test_stop_string_ends_the_output(http: httpx.Client) -> None:
     ],
 )
 def test_bad_input_gets_400_naming_the_problem(
-    http: httpx.Client, route: str, body: dict, message: str
+    http: httpx.Client, route: str, body: dict[str, Any], message: str
 ) -> None:
     response = http.post(route, json=body)
     assert response.status_code == 400, response.text

@@ -10,6 +10,7 @@ import queue
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -53,10 +54,10 @@ async def sample_client(
     its newline), one stream for all of them, string-valued sampling parameters sent as the
     tensor and as request parameters, the text appended per response id, a results file (in
     the order the first responses came, as the sample writes it). The text of each id."""
-    prompts = prompts_file.open().readlines()
+    prompts = (await asyncio.to_thread(prompts_file.read_text)).splitlines(keepends=True)
     results: dict[str, list[str]] = {}
 
-    async def requests():  # type: ignore[no-untyped-def]
+    async def requests() -> AsyncIterator[dict[str, Any]]:
         for index, prompt in enumerate(prompts):
             yield vllm_request(
                 prompt,
@@ -209,11 +210,11 @@ def test_cancelling_50_streams_leaves_no_engine_request(server: RunningServer) -
     http = httpx.Client(base_url=server.base_url, timeout=30)
     long = {"max_tokens": "1500", "ignore_eos": "true"}
 
-    def story(index: int) -> dict:
+    def story(index: int) -> dict[str, Any]:
         prompt = f"Story {index}:"
         return vllm_request(prompt, str(index), True, long, MODEL, exclude_input_in_output=True)
 
-    async def one(request: dict) -> AsyncIterator[dict]:
+    async def one(request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         yield request
 
     async def run() -> None:
@@ -240,7 +241,7 @@ def test_cancelled_non_streaming_request_as_the_backend_ci(
     server: RunningServer, client: triton_grpc.InferenceServerClient
 ) -> None:
     """L0_backend_vllm/request_cancellation: cancel after 1 s; the client gets only CANCELLED."""
-    received: queue.Queue = queue.Queue()
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(lambda result, error: received.put((result, error)))
     client.async_stream_infer(
         **vllm_request(

@@ -103,7 +103,7 @@ def openai(http: httpx.Client, path: str, body: dict[str, Any]) -> tuple[httpx.R
     return http.post(f"/v1/{path}", json=body, headers={"x-request-id": request_id}), request_id
 
 
-FAR_ABOVE = [
+FAR_ABOVE: list[tuple[str, dict[str, Any], str]] = [
     (
         "n",
         {"n": 1_000_000_000, "max_tokens": 2},
@@ -126,7 +126,9 @@ FAR_ABOVE = [
         f"allowed_token_ids: {MANY} items are above",
     ),
 ]
-ENGINE_LIMITS = [("logprobs", {"logprobs": 1_000_000_000}, "greater than max allowed: 20")]
+ENGINE_LIMITS: list[tuple[str, dict[str, Any], str]] = [
+    ("logprobs", {"logprobs": 1_000_000_000}, "greater than max allowed: 20")
+]
 """Checked by vLLM itself (the model's max_logprobs) before the engine takes the request."""
 
 
@@ -236,8 +238,11 @@ def test_grammars_the_engine_cannot_use_are_400s_with_the_reason_everywhere(
         result, error, _ = grpc_stream(limited, parameters, stream)
         assert result is None and error.message().startswith(f"parameters.{field}: "), error
         assert reason in error.message()
-    chat = {"messages": [{"role": "user", "content": "Hi"}]}
-    for path, body in [("completions", {"prompt": "Hi"}), ("chat/completions", chat)]:
+    bodies: list[tuple[str, dict[str, Any]]] = [
+        ("completions", {"prompt": "Hi"}),
+        ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
+    ]
+    for path, body in bodies:
         for stream in (False, True):
             payload = {
                 "model": "smollm2",

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import psutil
@@ -137,7 +138,7 @@ def test_separate_metrics_port(doomed: tuple[RunningServer, int]) -> None:
 def test_killed_engine_makes_the_model_unready_fast(doomed: tuple[RunningServer, int]) -> None:
     server, _ = doomed
     url = server.base_url
-    stream_events: list[dict] = []
+    stream_events: list[dict[str, Any]] = []
 
     def long_stream() -> None:
         body = {

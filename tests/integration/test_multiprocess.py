@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -20,7 +21,7 @@ from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
-GREEDY = {
+GREEDY: dict[str, Any] = {
     "text_input": "What is Triton Inference Server?",
     "parameters": {"temperature": 0, "max_tokens": 16},
 }
@@ -47,12 +48,12 @@ def group_http(group: RunningServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def concurrently(count: int, call: object) -> list[httpx.Response]:
+def concurrently(count: int, call: Callable[[], httpx.Response]) -> list[httpx.Response]:
     """`count` requests at once, each on its own connection (so both processes accept some)."""
     results: list[httpx.Response] = []
 
     def one() -> None:
-        results.append(call())  # type: ignore[operator]
+        results.append(call())
 
     threads = [threading.Thread(target=one) for _ in range(count)]
     for thread in threads:
@@ -62,7 +63,7 @@ def concurrently(count: int, call: object) -> list[httpx.Response]:
     return results
 
 
-def post(base_url: str, path: str, body: dict) -> httpx.Response:
+def post(base_url: str, path: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(base_url + path, json=body, timeout=120)
 
 
@@ -224,7 +225,8 @@ def frontend_processes(group: RunningServer) -> list[psutil.Process]:
 
 def command_line(process: psutil.Process) -> list[str]:
     try:
-        return process.cmdline()
+        line: list[str] = process.cmdline()
+        return line
     except (psutil.ZombieProcess, psutil.NoSuchProcess):
         return []
 
@@ -264,7 +266,7 @@ def test_sigterm_drains_every_process(group: RunningServer) -> None:
         "return_finish_reason": True,
         "parameters": {"max_tokens": 48, "ignore_eos": True},
     }
-    events: list[list[dict]] = []
+    events: list[list[dict[str, Any]]] = []
 
     def stream() -> None:
         with (

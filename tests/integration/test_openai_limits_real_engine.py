@@ -14,9 +14,10 @@ import openai
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from tests.support.openai_api import engine_unfinished, openai_error
+from tests.support.openai_api import body_of, engine_unfinished, openai_error
 from tests.support.servers import RunningServer, start_server
 
 KEY = "test-key"
@@ -56,7 +57,9 @@ def test_api_key_as_bearer_with_the_sdk(limited: RunningServer) -> None:
         openai.OpenAI(base_url=base, api_key="wrong", max_retries=0) as wrong,
     ):
         wrong.models.list()
-    assert refused.value.status_code == 401 and refused.value.body["type"] == "UnauthorizedError"
+    assert (
+        refused.value.status_code == 401 and body_of(refused.value)["type"] == "UnauthorizedError"
+    )
     with openai.OpenAI(base_url=base, api_key=KEY, max_retries=0) as client:
         assert [m.id for m in client.models.list()] == [MODEL]
         stream = client.completions.create(model=MODEL, prompt="Hi", max_tokens=4, stream=True)
@@ -128,7 +131,10 @@ def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
     schema = schemathesis.openapi.from_url(f"{limited.base_url}/openapi.json").include(
         path_regex="^/v1/"
     )
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations = []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result
+        operations.append(result.ok())
     assert len(operations) == 4
     for operation in operations:
 

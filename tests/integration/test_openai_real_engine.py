@@ -6,22 +6,36 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionTokenLogprob,
+    ChatCompletionToolParam,
+)
 from transformers import AutoTokenizer
 
 from app.paths import PROJECT_ROOT
-from tests.support.openai_api import engine_unfinished, openai_error
+from tests.support.openai_api import (
+    body_of,
+    engine_unfinished,
+    extra_of,
+    openai_error,
+    usage_of,
+    wait_engine_idle,
+)
 from tests.support.servers import RunningServer
 
 MODEL = "smollm2"
 PROMPT = "The capital of France is"
 QUESTION = "What is the capital of France?"
 TRITON = "/v2/models/smollm2/generate"
-WEATHER = {
+WEATHER: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -69,13 +83,14 @@ def triton_text(http: httpx.Client, prompt: str, max_tokens: int, chat_template:
     }
     response = http.post(TRITON, json=body)
     assert response.status_code == 200, response.text
-    return response.json()["text_output"]
+    text: str = response.json()["text_output"]
+    return text
 
 
 def test_models_list_and_retrieve(sdk: openai.OpenAI) -> None:
     models = sdk.models.list()
     assert [m.id for m in models.data] == [MODEL]
-    assert models.data[0].owned_by == "vllm" and models.data[0].model_extra["max_model_len"] == 2048
+    assert models.data[0].owned_by == "vllm" and extra_of(models.data[0])["max_model_len"] == 2048
     assert (
         sdk.models.retrieve(MODEL).id == MODEL
         and sdk.models.retrieve(f"{MODEL}/1").id == f"{MODEL}/1"
@@ -95,9 +110,10 @@ def test_completion_equals_the_triton_route(
     )
     choice = result.choices[0]
     assert result.model == MODEL and result.object == "text_completion" and choice.text == expected
-    assert result.usage.prompt_tokens == len(tokenizer(PROMPT).input_ids)
-    assert result.usage.completion_tokens == len(choice.model_extra["token_ids"]) == 16
-    assert result.usage.total_tokens == result.usage.prompt_tokens + 16
+    usage = usage_of(result)
+    assert usage.prompt_tokens == len(tokenizer(PROMPT).input_ids)
+    assert usage.completion_tokens == len(extra_of(choice)["token_ids"]) == 16
+    assert usage.total_tokens == usage.prompt_tokens + 16
 
 
 def test_streamed_completion_is_the_same_text_and_usage(
@@ -115,14 +131,14 @@ def test_streamed_completion_is_the_same_text_and_usage(
         )
     )
     assert len(chunks) > 5 and "".join(c.choices[0].text for c in chunks if c.choices) == expected
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 16
+    assert chunks[-1].choices == [] and usage_of(chunks[-1]).completion_tokens == 16
 
 
 async def test_chat_equals_the_triton_route_with_the_chat_template(
     async_sdk: openai.AsyncOpenAI, http: httpx.Client, tokenizer
 ) -> None:
     expected = triton_text(http, QUESTION, 24, chat_template=True)
-    messages = [{"role": "user", "content": QUESTION}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
     result = await async_sdk.chat.completions.create(
         model=MODEL, messages=messages, max_tokens=24, temperature=0
     )
@@ -131,7 +147,8 @@ async def test_chat_equals_the_triton_route_with_the_chat_template(
         and result.choices[0].message.role == "assistant"
     )
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert result.usage.prompt_tokens == len(tokenizer(prompt, add_special_tokens=False).input_ids)
+    prompt_tokens = len(tokenizer(prompt, add_special_tokens=False).input_ids)
+    assert usage_of(result).prompt_tokens == prompt_tokens
     stream = await async_sdk.chat.completions.create(
         model=MODEL,
         messages=messages,
@@ -143,7 +160,7 @@ async def test_chat_equals_the_triton_route_with_the_chat_template(
     chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
-    assert chunks[-1].usage.completion_tokens == result.usage.completion_tokens
+    assert usage_of(chunks[-1]).completion_tokens == usage_of(result).completion_tokens
 
 
 def test_a_stream_starts_while_the_engine_prefills(http: httpx.Client) -> None:
@@ -170,17 +187,17 @@ def test_n_completions_with_logprobs(sdk: openai.OpenAI) -> None:
         extra_body={"ignore_eos": True},
     )
     assert sorted(c.index for c in result.choices) == [0, 1]
-    assert result.usage.completion_tokens == 12
+    assert usage_of(result).completion_tokens == 12
     for choice in result.choices:
         logprobs = choice.logprobs
-        assert (
-            len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 6
-        )
+        assert logprobs is not None
+        tokens, values, tops = logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs
+        assert tokens is not None and values is not None and tops is not None
+        assert len(tokens) == len(values) == len(tops) == 6
         assert all(
-            2 <= len(top) <= 3 and value <= 0
-            for top, value in zip(logprobs.top_logprobs, logprobs.token_logprobs, strict=False)
+            2 <= len(top) <= 3 and value <= 0 for top, value in zip(tops, values, strict=False)
         )
-        assert "".join(logprobs.tokens) == choice.text
+        assert "".join(tokens) == choice.text
 
 
 async def test_chat_logprobs_and_two_choices_streamed(async_sdk: openai.AsyncOpenAI) -> None:
@@ -194,10 +211,10 @@ async def test_chat_logprobs_and_two_choices_streamed(async_sdk: openai.AsyncOpe
         stream=True,
         extra_body={"ignore_eos": True},
     )
-    entries: dict[int, list] = {0: [], 1: []}
+    entries: dict[int, list[ChatCompletionTokenLogprob]] = {0: [], 1: []}
     async for chunk in stream:
         for choice in chunk.choices:
-            entries[choice.index] += choice.logprobs.content if choice.logprobs else []
+            entries[choice.index] += (choice.logprobs.content or []) if choice.logprobs else []
     assert [len(found) for found in entries.values()] == [5, 5]
     assert all(len(entry.top_logprobs) == 2 for found in entries.values() for entry in found)
 
@@ -205,7 +222,10 @@ async def test_chat_logprobs_and_two_choices_streamed(async_sdk: openai.AsyncOpe
 def test_json_schema_output_parses_and_validates(sdk: openai.OpenAI) -> None:
     schema = {
         "type": "object",
-        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "properties": {  # bounded: unbounded, greedy decoding may write digits to the limit
+            "city": {"type": "string", "maxLength": 40},
+            "population": {"type": "integer", "minimum": 0, "maximum": 100_000_000},
+        },
         "required": ["city", "population"],
         "additionalProperties": False,
     }
@@ -222,7 +242,9 @@ def test_json_schema_output_parses_and_validates(sdk: openai.OpenAI) -> None:
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
     )
     assert result.choices[0].finish_reason == "stop"
-    jsonschema.validate(json.loads(result.choices[0].message.content), schema)
+    content = result.choices[0].message.content
+    assert content is not None
+    jsonschema.validate(json.loads(content), schema)
 
 
 def test_named_tool_choice_returns_a_call_with_valid_arguments(sdk: openai.OpenAI) -> None:
@@ -234,7 +256,10 @@ def test_named_tool_choice_returns_a_call_with_valid_arguments(sdk: openai.OpenA
         max_tokens=40,
         temperature=0,
     )
-    (call,) = result.choices[0].message.tool_calls
+    tool_calls = result.choices[0].message.tool_calls
+    assert tool_calls is not None
+    (call,) = tool_calls
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall), call
     assert call.type == "function" and call.function.name == "get_weather" and call.id
     jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
 
@@ -249,9 +274,11 @@ async def test_named_tool_choice_streamed(async_sdk: openai.AsyncOpenAI) -> None
         temperature=0,
         stream=True,
     )
-    names, arguments = [], ""
+    names: list[str] = []
+    arguments = ""
     async for chunk in stream:
         for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            assert call.function is not None
             names += [call.function.name] if call.function.name else []
             arguments += call.function.arguments or ""
     assert names == ["get_weather"]
@@ -273,21 +300,13 @@ def test_bad_input_and_unknown_models_in_openai_shape(
         sdk.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "x"}], temperature=-1
         )
-    assert bad.value.body["param"] == "temperature" and bad.value.body["type"] == "BadRequestError"
+    assert body_of(bad.value)["param"] == "temperature"
+    assert body_of(bad.value)["type"] == "BadRequestError"
     with pytest.raises(openai.BadRequestError) as too_long:
         sdk.completions.create(model=MODEL, prompt="x", max_tokens=5000)
-    assert too_long.value.body["param"] == "max_tokens"
+    assert body_of(too_long.value)["param"] == "max_tokens"
     error = openai_error(httpx.post(f"{server.base_url}/v1/completions", content=b"{not json"), 400)
     assert error["type"] == "BadRequestError" and "not valid JSON" in error["message"]
-
-
-def wait_engine_idle(base_url: str, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine_unfinished(base_url) == 0:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize(
@@ -298,7 +317,7 @@ def wait_engine_idle(base_url: str, timeout: float = 10) -> bool:
     ],
 )
 def test_a_client_leaving_a_stream_aborts_the_engine_request(
-    server: RunningServer, path: str, prompt: dict
+    server: RunningServer, path: str, prompt: dict[str, Any]
 ) -> None:
     body = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True, "stream": True, **prompt}
     with (
@@ -366,7 +385,7 @@ NASTY = [
     ("path", "extra"), NASTY, ids=[json.dumps(extra)[:40] for _, extra in NASTY]
 )
 def test_hostile_values_are_4xx_and_leave_no_engine_request(
-    server: RunningServer, path: str, extra: dict
+    server: RunningServer, path: str, extra: dict[str, Any]
 ) -> None:
     base = (
         {"prompt": "hi"}

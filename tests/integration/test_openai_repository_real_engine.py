@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.integration.test_repository_real_engine import MODEL_DIR, make_adapter, write_json
+from tests.support.openai_api import body_of, extra_of
 from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
 
 PROMPT = "The best way to learn a language is"
@@ -67,9 +68,9 @@ def sdk(lora_server: RunningServer) -> Iterator[openai.OpenAI]:
 def test_models_list_the_versions_and_the_adapter(sdk: openai.OpenAI) -> None:
     cards = {card.id: card for card in sdk.models.list().data}
     assert set(cards) == {"alpha", "alpha/1", "alpha/2", "doc"}
-    assert cards["doc"].model_extra["parent"] == "alpha/1"
-    assert cards["doc"].model_extra["root"].endswith("alpha/1/adapters/doc")
-    assert cards["alpha"].model_extra["parent"] is None
+    doc, alpha = extra_of(cards["doc"]), extra_of(cards["alpha"])
+    assert doc["parent"] == "alpha/1" and doc["root"].endswith("alpha/1/adapters/doc")
+    assert alpha["parent"] is None
 
 
 def test_the_adapter_answers_as_the_triton_route_with_lora_name(
@@ -99,7 +100,7 @@ def test_the_adapter_answers_as_the_triton_route_with_lora_name(
 def test_a_version_without_the_adapter_is_not_asked_for_it(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         sdk.completions.create(model="alpha/2/doc", prompt=PROMPT, max_tokens=2)
-    assert missing.value.body["param"] == "model"
+    assert body_of(missing.value)["param"] == "model"
 
 
 def engine_cores(server: RunningServer) -> int:

@@ -37,7 +37,8 @@ def load(http: httpx.Client) -> tuple[float, float]:
 def rss_mib(server: RunningServer) -> float:
     """Resident memory of the server and its engine-core process."""
     process = psutil.Process(server.process.pid)
-    return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)]) / 2**20
+    rss: int = sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+    return rss / 2**20
 
 
 async def drop_after_two_events(client: httpx.AsyncClient, index: int) -> None:
@@ -94,10 +95,10 @@ def test_non_streaming_client_timeout_aborts_the_engine_request(
 class StreamReader(threading.Thread):
     """Reads a whole generate_stream response in the background, keeping its events."""
 
-    def __init__(self, base_url: str, body: dict) -> None:
+    def __init__(self, base_url: str, body: dict[str, Any]) -> None:
         super().__init__(daemon=True)
         self.base_url, self.body = base_url, body
-        self.events: list[dict] = []
+        self.events: list[dict[str, Any]] = []
         self.first_event = threading.Event()
         self.ended_at = 0.0
 

@@ -13,6 +13,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -54,10 +55,10 @@ def make_adapter(target: Path) -> None:
     config = LoraConfig(
         r=8, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False
     )
-    get_peft_model(base, config).save_pretrained(target)
+    get_peft_model(base, config).save_pretrained(str(target))
 
 
-def write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
 
@@ -107,7 +108,7 @@ def triton(multi_server: RunningServer) -> Iterator[triton_http.InferenceServerC
     client.close()
 
 
-def generate(server: RunningServer, path: str, body: dict) -> httpx.Response:
+def generate(server: RunningServer, path: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(server.base_url + path, json=body, timeout=120)
 
 
@@ -272,7 +273,7 @@ def test_lora_over_grpc_and_inside_http_parameters_as_the_backend_ci(
         "LoRA feature is not enabled.",
     }
     assert texts["doc"] != texts["plain"] and not texts["doc"].startswith(PROMPT)
-    body = {
+    body: dict[str, Any] = {
         "text_input": PROMPT,
         "parameters": {
             "stream": False,

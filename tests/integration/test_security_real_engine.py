@@ -15,8 +15,9 @@ import shutil
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -62,9 +63,9 @@ def http_body(files: dict[str, bytes]) -> dict[str, object]:
     return {"parameters": {"config": json.dumps({"backend": "vllm"}), **encoded}}
 
 
-def grpc_refusal(call: object, *args: object, **kwargs: object) -> tuple[str, str]:
+def grpc_refusal(call: Callable[..., object], *args: Any, **kwargs: Any) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as refused:
-        call(*args, **kwargs)  # type: ignore[operator]
+        call(*args, **kwargs)
     return refused.value.status(), refused.value.message()
 
 
@@ -280,12 +281,13 @@ def test_every_client_speaks_tls(
     with openai.OpenAI(
         base_url=f"{secure.base_url}/v1",
         api_key="none",
-        http_client=httpx.Client(verify=server_trust(pki)),
+        http_client=openai.DefaultHttpxClient(verify=server_trust(pki)),
     ) as sdk:
         completion = sdk.completions.create(
             model="smollm2", prompt="Say hi", max_tokens=4, temperature=0
         )
-    assert completion.choices[0].text and completion.usage.completion_tokens == 4
+    assert completion.usage is not None and completion.usage.completion_tokens == 4
+    assert completion.choices[0].text
     with pytest.raises(InferenceServerException):
         triton_grpc.InferenceServerClient(
             secure.grpc_url, ssl=True, root_certificates=str(pki.ca_cert)

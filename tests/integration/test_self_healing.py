@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -75,14 +76,14 @@ class StreamingClient(threading.Thread):
         self.once = once
         self.stop = threading.Event()
         self.statuses: list[int] = []
-        self.last_events: list[dict] = []
+        self.last_events: list[dict[str, Any]] = []
         self.events = 0
         self.ended_at = 0.0
 
     def run(self) -> None:
         with httpx.Client(base_url=self.base_url, timeout=120) as client:
             while not self.stop.is_set():
-                last: dict = {}
+                last: dict[str, Any] = {}
                 with client.stream("POST", STREAM, json=self.body) as response:
                     self.statuses.append(response.status_code)
                     for line in response.iter_lines():
@@ -96,13 +97,15 @@ class StreamingClient(threading.Thread):
 
 
 def server_rss_mib(server: RunningServer) -> float:
-    return psutil.Process(server.process.pid).memory_info().rss / 2**20
+    rss: int = psutil.Process(server.process.pid).memory_info().rss
+    return rss / 2**20
 
 
 def alive(process: psutil.Process) -> bool:
     """Running, and not a zombie waiting for its parent to reap it."""
     try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        running: bool = process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        return running
     except psutil.NoSuchProcess:
         return False
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -64,14 +65,14 @@ class AccessTimes(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.records: list[dict[str, object]] = []
+        self.records: list[dict[str, Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         fields = getattr(record, "access", None)
         if isinstance(fields, dict):
             self.records.append(dict(fields))
 
-    def last(self, path_part: str, wait: float = 10.0) -> dict[str, object]:
+    def last(self, path_part: str, wait: float = 10.0) -> dict[str, Any]:
         """The latest record whose path contains `path_part` (written once the response has
         ended: awaited for up to `wait` seconds)."""
         deadline = time.monotonic() + wait

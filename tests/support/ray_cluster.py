@@ -39,7 +39,7 @@ class RayNode:
 
     name: str
     ip: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log_path: Path
 
     def processes(self) -> list[psutil.Process]:

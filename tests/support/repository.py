@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 
 def write_model(
@@ -18,6 +19,6 @@ def write_model(
     return version_dir
 
 
-EXPLICIT_CONTROL: dict[str, object] = {"model_control_mode": "explicit", "load_model": ["*"]}
+EXPLICIT_CONTROL: dict[str, Any] = {"model_control_mode": "explicit", "load_model": ["*"]}
 """Settings of Triton's explicit model control (every model loaded at start): load and
 unload requests are taken."""

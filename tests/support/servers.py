@@ -30,7 +30,7 @@ ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
 class RunningServer:
     """A server subprocess and the addresses it answers on (HTTP, and gRPC as host:port)."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     base_url: str
     log_path: Path
     grpc_url: str = ""
@@ -89,7 +89,7 @@ def start_server(
     raise RuntimeError(f"server not ready after {START_TIMEOUT_S} s:\n{server.log_tail()}")
 
 
-def kill_tree(popen: subprocess.Popen) -> None:
+def kill_tree(popen: subprocess.Popen[bytes]) -> None:
     """SIGKILL a process and every descendant (its engine processes would outlive it), then
     reap it through its Popen, which would otherwise warn that it still runs."""
     try:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import httpx
+
+from tests.support.responses import Response
 
 
 def named_frames(text: str) -> list[tuple[str, str]]:
@@ -27,7 +30,7 @@ def named_frames(text: str) -> list[tuple[str, str]]:
     return events
 
 
-def sse_events(response: httpx.Response) -> list[dict]:
+def sse_events(response: Response) -> list[dict[str, Any]]:
     """Parse `data:` frames strictly as Triton writes them: `data: {json}\\n\\n`."""
     assert response.headers["content-type"].startswith("text/event-stream")
     frames = [f for f in response.text.split("\n\n") if f.strip() and not f.startswith(":")]
@@ -35,15 +38,17 @@ def sse_events(response: httpx.Response) -> list[dict]:
     return [json.loads(f.removeprefix("data: ")) for f in frames]
 
 
-def named_events(response: httpx.Response) -> list[tuple[str, dict]]:
+def named_events(response: Response) -> list[tuple[str, dict[str, Any]]]:
     """(event name, JSON data) of every frame, as an EventSource dispatches them."""
     assert response.headers["content-type"].startswith("text/event-stream")
     return [(name, json.loads(data)) for name, data in named_frames(response.text)]
 
 
-def stream_events(http: httpx.Client, path: str, body: dict) -> list[tuple[float, dict]]:
+def stream_events(
+    http: httpx.Client, path: str, body: dict[str, Any]
+) -> list[tuple[float, dict[str, Any]]]:
     """(arrival time, event) for every `data:` frame of a POST stream, read as it arrives."""
-    events = []
+    events: list[tuple[float, dict[str, Any]]] = []
     with http.stream("POST", path, json=body) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")

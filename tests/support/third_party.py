@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -132,8 +133,9 @@ def counters(base_url: str) -> Counters:
     return Counters(*(values[name] for name in COUNTERS))
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
+def read_json(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def perf_analyzer_inputs(path: Path, prompts: list[str], max_tokens: int) -> Path:

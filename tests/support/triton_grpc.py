@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +46,7 @@ def vllm_request(
     model_name: str = "fake",
     send_parameters_as_tensor: bool = True,
     exclude_input_in_output: bool | None = None,
-    outputs: list[str] | None = ("text_output",),  # type: ignore[assignment]
+    outputs: Sequence[str] | None = ("text_output",),
     **flags: bool,
 ) -> dict[str, Any]:
     """One request as the backend's CI builds it: `text_input`, `stream`, the sampling
@@ -109,7 +109,8 @@ def text_of(results: list[Any]) -> str:
 
 
 def is_final(result: Any) -> bool:
-    return result.get_response().parameters["triton_final_response"].bool_param
+    final: bool = result.get_response().parameters["triton_final_response"].bool_param
+    return final
 
 
 @dataclass
@@ -122,7 +123,8 @@ class GrpcApp:
 
     @property
     def runtime(self) -> Runtime:
-        return self.app.state.runtime  # type: ignore[no-any-return]
+        runtime: Runtime = self.app.state.runtime
+        return runtime
 
 
 @contextmanager
@@ -130,7 +132,7 @@ def serve_grpc_app(
     repository: Path, engine_factory: Callable[[Any], Any], **settings: Any
 ) -> Iterator[GrpcApp]:
     http_port, port = free_ports(2)
-    config = Settings(model_repository=repository, grpc_port=port, **settings)
+    config = Settings(model_repository=[repository], grpc_port=port, **settings)
     app = create_app(config, engine_factory=engine_factory)
     with serve_in_thread(app, create_grpc_server(config, app.state.runtime), http_port) as url:
         yield GrpcApp(app, url, f"127.0.0.1:{port}")

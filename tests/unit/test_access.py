@@ -56,7 +56,7 @@ def test_restriction_options_fail_with_tritons_messages(option: str, message: st
     with pytest.raises(RestrictionSyntaxError, match=message):
         parse_restrictions(option.split(";"), "http-restricted-api")
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        Settings(http_restricted_api=option)
+        Settings.model_validate({"http_restricted_api": option})  # the option as a string
 
 
 def test_load_model_needs_explicit_mode_as_in_triton() -> None:
@@ -281,7 +281,7 @@ def test_grpc_over_tls_and_http_with_client_certificates(repository: Path, tmp_p
     pki = make_pki(tmp_path / "pki")
     http_port, grpc_port = free_ports(2)
     settings = Settings(
-        model_repository=repository,
+        model_repository=[repository],
         grpc_port=grpc_port,
         grpc_use_ssl=True,
         grpc_server_cert=pki.server_cert,
@@ -337,7 +337,7 @@ def test_grpc_mutual_tls_refuses_clients_without_a_certificate(
 
 def test_a_client_too_slow_with_its_headers_is_disconnected(repository: Path) -> None:
     app = create_app(
-        Settings(model_repository=repository, http_header_timeout_seconds=0.5),
+        Settings(model_repository=[repository], http_header_timeout_seconds=0.5),
         engine_factory=lambda spec: FakeEngine(),
     )
     with serve_in_thread(app) as url:

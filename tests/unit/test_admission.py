@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -89,7 +90,7 @@ def test_a_grpc_stream_refuses_with_the_overload_error_before_any_response(tmp_p
         serve_grpc_app(tmp_path / "repo", lambda spec: engine) as app,
         triton_grpc.InferenceServerClient(app.grpc_url) as client,
     ):
-        received: list = []
+        received: list[tuple[Any, Any]] = []
         client.start_stream(lambda result, error: received.append((result, error)))
         client.async_stream_infer(
             **vllm_request("x", "slow", stream=True, sampling_parameters={"max_tokens": "20"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_every_recorded_run_says_what_ran_where_and_holds_its_results() -> None:
         assert results.stat().st_size > 0, run.folder
 
 
-def write_run(root: Path, name: str, sequence: int, records: list[dict]) -> None:
+def write_run(root: Path, name: str, sequence: int, records: list[dict[str, Any]]) -> None:
     folder = root / name
     folder.mkdir(parents=True)
     meta = {
@@ -196,7 +197,7 @@ def write_run(root: Path, name: str, sequence: int, records: list[dict]) -> None
 
 
 def test_the_page_lists_runs_newest_first_with_their_tables(tmp_path: Path) -> None:
-    def lone(target: str, tok_s: float) -> dict:
+    def lone(target: str, tok_s: float) -> dict[str, Any]:
         return {
             "shape": "tiny",
             "target": target,

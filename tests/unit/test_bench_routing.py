@@ -47,7 +47,9 @@ def test_the_traffic_asks_each_of_eight_long_prefixes_as_often_in_a_mixed_order(
 
 
 def test_the_report_compares_prefix_aware_with_least_loaded() -> None:
-    def counters(hits: float, queries: float, done: tuple[float, float]) -> dict:
+    def counters(
+        hits: float, queries: float, done: tuple[float, float]
+    ) -> dict[str, dict[str, float]]:
         return {
             "vllm:prefix_cache_hits_total": {"0": hits / 2, "1": hits / 2},
             "vllm:prefix_cache_queries_total": {"0": queries / 2, "1": queries / 2},

@@ -1,11 +1,17 @@
-"""The code gates of pyproject.toml: ruff's lint rules and format over the whole project, and
-mypy (strict) over app/. Each fails with the tool's findings."""
+"""The code gates of pyproject.toml, each over the whole project: ruff's lint rules and format,
+and mypy (app/ strict, the tests, benchmarks and scripts by a profile of their own). Each fails
+with the tool's findings."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 from app.paths import PROJECT_ROOT
 
@@ -30,6 +36,21 @@ def test_the_code_is_formatted() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_finds_nothing_in_app() -> None:
+def python_folders() -> set[str]:
+    """The project's top-level folders with Python in them (not the hidden ones: .venv, .cache)."""
+    return {
+        folder.name
+        for folder in PROJECT_ROOT.iterdir()
+        if folder.is_dir()
+        and not folder.name.startswith(".")
+        and folder.name not in {"build", "dist"}
+        and next(folder.rglob("*.py"), None) is not None
+    }
+
+
+def test_mypy_finds_nothing_in_the_whole_project() -> None:
+    """`mypy` checks pyproject's `files`, which name every Python folder of the project."""
+    files = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert python_folders() <= set(files), "a Python folder is missing from [tool.mypy] files"
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import engine_args as engine_args_module
 from app.engine.cpu_defaults import CpuHost, cpu_engine_defaults, cpu_flags
 from app.engine.engine_args import vllm_engine_args
 from app.repository.layout import load_repository
@@ -59,9 +58,7 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
 def test_the_choice_is_logged_and_shown_in_the_model_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(
-        engine_args_module.CpuHost, "this", classmethod(lambda cls: CpuHost(AVX2_ONLY))
-    )
+    monkeypatch.setattr(CpuHost, "this", classmethod(lambda cls: CpuHost(AVX2_ONLY)))
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "model.json").write_text(json.dumps({"model": "facebook/opt-125m"}))
     with caplog.at_level(logging.INFO, logger="app.engine.cpu_defaults"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from app.observability.system_metrics import CPU_FAMILIES, ENERGY, GPU_GAUGES
 from app.observability.triton_metrics import (
@@ -67,7 +68,7 @@ def ours() -> set[str]:
     return names
 
 
-def expressions(panels: list[dict]) -> list[str]:
+def expressions(panels: list[dict[str, Any]]) -> list[str]:
     return [target["expr"] for panel in panels for target in panel.get("targets", [])]
 
 

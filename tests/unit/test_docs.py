@@ -8,7 +8,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,17 +26,18 @@ ASSET_URLS = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url\s*:\s*['"]([
 
 
 @pytest.fixture
-def openapi(client: TestClient) -> dict:
-    return client.get("/openapi.json").json()
+def openapi(client: TestClient) -> dict[str, Any]:
+    document: dict[str, Any] = client.get("/openapi.json").json()
+    return document
 
 
-def operations(openapi: dict):
+def operations(openapi: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     for path, methods in openapi["paths"].items():
         for method, operation in methods.items():
             yield path, method, operation
 
 
-def has_example(media: dict, openapi: dict) -> bool:
+def has_example(media: dict[str, Any], openapi: dict[str, Any]) -> bool:
     if "example" in media or "examples" in media:
         return True
     schema = media.get("schema", {})
@@ -44,7 +47,9 @@ def has_example(media: dict, openapi: dict) -> bool:
     return bool(ref) and "examples" in openapi["components"]["schemas"][ref.rsplit("/", 1)[-1]]
 
 
-def test_every_operation_has_a_summary_a_known_tag_and_described_responses(openapi: dict) -> None:
+def test_every_operation_has_a_summary_a_known_tag_and_described_responses(
+    openapi: dict[str, Any],
+) -> None:
     seen = list(operations(openapi))
     assert len(seen) >= 19
     for path, method, operation in seen:
@@ -59,7 +64,7 @@ def test_every_operation_has_a_summary_a_known_tag_and_described_responses(opena
                     assert set(media["example"]) == {"error"}, (method, path, status)
 
 
-def test_generate_routes_have_request_response_and_error_examples(openapi: dict) -> None:
+def test_generate_routes_have_request_response_and_error_examples(openapi: dict[str, Any]) -> None:
     generate = [(p, m, o) for p, m, o in operations(openapi) if GENERATE_PATHS.fullmatch(p)]
     assert len(generate) == 6
     for path, method, operation in generate:

@@ -111,8 +111,8 @@ def test_the_guardian_ignores_the_terminals_signals() -> None:
         os.kill(process.pid, signal.SIGINT)
         os.kill(process.pid, signal.SIGTERM)
         time.sleep(0.5)
-        assert process.poll() is None
-        process.stdin.close()  # type: ignore[union-attr]
+        assert process.poll() is None and process.stdin is not None
+        process.stdin.close()
         assert process.wait(timeout=10) == 0
     finally:
         process.kill()

@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from app.errors import InvalidRequestError
 from tests.doubles import FakeEngine
+from tests.support.access_log import access_fields
 from tests.support.repository import EXPLICIT_CONTROL
 from tests.support.triton_grpc import GrpcApp, serve_grpc_app, stream_results, vllm_request
 
@@ -68,7 +69,7 @@ def grpc_errors(app: GrpcApp, **request: Any) -> list[str]:
 
 def access_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The `error` field of every access-log line."""
-    return [r.access.get("error", "") for r in caplog.records if r.name == "app.access"]
+    return [access_fields(r).get("error", "") for r in caplog.records if r.name == "app.access"]
 
 
 def test_a_validation_dump_in_an_engine_error_reaches_only_the_log(

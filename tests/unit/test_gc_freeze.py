@@ -8,6 +8,7 @@ import gc
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -50,7 +51,7 @@ class WeakEngines:
         return [ref() is not None for ref in self.made]
 
 
-def heap_app(repository: Path, **overrides: object) -> tuple[FastAPI, WeakEngines]:
+def heap_app(repository: Path, **overrides: Any) -> tuple[FastAPI, WeakEngines]:
     """An app of `WeakEngines` with the heap freeze on (tests/unit/conftest.py turns it off)."""
     gc.unfreeze()
     engines = WeakEngines()
@@ -61,7 +62,7 @@ def heap_app(repository: Path, **overrides: object) -> tuple[FastAPI, WeakEngine
         "engine_restart_backoff_seconds": 0.01,
         **overrides,
     }
-    settings = Settings(model_repository=repository, **options)  # type: ignore[arg-type]
+    settings = Settings(model_repository=[repository], **options)
     return create_app(settings, engine_factory=engines), engines
 
 
@@ -69,7 +70,7 @@ def heap_app(repository: Path, **overrides: object) -> tuple[FastAPI, WeakEngine
 def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, WeakEngines]]]:
     with started_clients() as start:
 
-        def build(**settings: object) -> tuple[TestClient, WeakEngines]:
+        def build(**settings: Any) -> tuple[TestClient, WeakEngines]:
             app, engines = heap_app(repository, **settings)
             return start(app), engines
 

@@ -247,7 +247,7 @@ def test_versions_route_to_their_own_engines(tmp_path: Path) -> None:
         write_model(tmp_path, "m", version, config="version_policy: { all { } }")
     engines = {"1": FakeEngine(), "2": FakeEngine()}
     app = create_app(
-        Settings(model_repository=tmp_path), engine_factory=lambda spec: engines[spec.version]
+        Settings(model_repository=[tmp_path]), engine_factory=lambda spec: engines[spec.version]
     )
     with TestClient(app) as client:
         assert (
@@ -277,7 +277,7 @@ def test_openapi_documents_the_generate_body(client: TestClient) -> None:
 async def test_client_disconnect_aborts_the_engine_request(repository: Path) -> None:
     """Both routes: a client that leaves mid-request leaves no engine request running."""
     engine = FakeEngine(step_delay=0.05)
-    app = create_app(Settings(model_repository=repository), engine_factory=lambda spec: engine)
+    app = create_app(Settings(model_repository=[repository]), engine_factory=lambda spec: engine)
     body = {"text_input": "x", "parameters": {"max_tokens": 1000}}
     async with app.router.lifespan_context(app):
         for route in ("generate", "generate_stream"):

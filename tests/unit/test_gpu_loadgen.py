@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -26,8 +27,8 @@ def sse_stream(request: httpx.Request) -> httpx.Response:
         return httpx.Response(
             200, content="".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
         )
-    events = [json.dumps({"choices": [{"text": word}]}) for word in ("a", "b", "c")] + ["[DONE]"]
-    return httpx.Response(200, content="".join(f"data: {e}\n\n" for e in events).encode())
+    chunks = [json.dumps({"choices": [{"text": word}]}) for word in ("a", "b", "c")] + ["[DONE]"]
+    return httpx.Response(200, content="".join(f"data: {c}\n\n" for c in chunks).encode())
 
 
 class StreamingServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -62,7 +63,7 @@ async def test_the_load_generator_runs_every_level_for_each_tag_on_stdin(
     monkeypatch.syspath_prepend(str(PROJECT_ROOT / "bench" / "gpu"))
     from bench.gpu import loadgen
 
-    async def one_request(wid: int, out: dict, count: int, tag: str) -> None:
+    async def one_request(wid: int, out: dict[str, Any], count: int, tag: str) -> None:
         for _ in range(count):
             out["ttft"].append(0.01)
             out["itl"].extend([0.002] * 3)
@@ -197,7 +198,8 @@ def test_an_interleaved_level_gives_each_server_its_own_figures(
         for server in servers:
             server.process.kill()
             server.process.wait()
-            server.process.stdout.close()
+            if server.process.stdout is not None:
+                server.process.stdout.close()
     assert set(found) == {"vllm1", "ours4"}
     for level in found.values():
         assert (level["c"], level["requests"], level["errors"], level["interleaved"]) == (

@@ -5,14 +5,17 @@ shapes."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from unittest.mock import Mock
 
 import pytest
 
 from app.paths import PROJECT_ROOT
 from bench.gpu.engine import EngineSession
-from bench.gpu.run import rotated
+from bench.gpu.loadgen import rotated
 from bench.gpu.servers import Server
 
 FAKE_ENGINE_LOADGEN = """
@@ -59,11 +62,13 @@ def test_the_engine_starts_alongside_the_servers_after_the_first(
     from bench.gpu import run
 
     events: list[str] = []
-    monkeypatch.setattr(run.time, "sleep", lambda seconds: events.append(f"wait {seconds}"))
+    monkeypatch.setattr(
+        "bench.gpu.run.time.sleep", lambda seconds: events.append(f"wait {seconds}")
+    )
 
     def launch(target: str, *args, **kwargs) -> Server:
         events.append(f"launch {target}")
-        return Server(target, None, 0, target, "triton")  # type: ignore[arg-type]
+        return Server(target, Mock(spec=subprocess.Popen), 0, target, "triton")
 
     def ready(url: str, process, start: float) -> float:
         events.append(f"ready {url}")
@@ -71,14 +76,19 @@ def test_the_engine_starts_alongside_the_servers_after_the_first(
 
     monkeypatch.setattr(run, "start_server", launch)
     monkeypatch.setattr(run, "wait_ready", ready)
-    monkeypatch.setattr(
-        run.Run,
-        "launch_engine",
-        lambda self, shape, args: events.append("launch engine") or "engine",
-    )
-    monkeypatch.setattr(
-        run.Run, "wait_engine", lambda self, shape, engine: events.append("ready engine") or engine
-    )
+
+    engine_double = Mock(spec=EngineSession)
+
+    def launch_engine(self, shape, args):
+        events.append("launch engine")
+        return engine_double
+
+    def wait_engine(self, shape, engine):
+        events.append("ready engine")
+        return engine
+
+    monkeypatch.setattr(run.Run, "launch_engine", launch_engine)
+    monkeypatch.setattr(run.Run, "wait_engine", wait_engine)
     bench = run.Run(tmp_path, tmp_path, tmp_path, [(1, 1, 1)], 4)
     servers, engine = bench.start_all("tiny", ["vllm1", "vllm4", "ours4"], {}, with_engine=True)
     gap = f"wait {run.LAUNCH_GAP}"  # engines launched at one moment can race for a port
@@ -94,7 +104,7 @@ def test_the_engine_starts_alongside_the_servers_after_the_first(
         "ready ours4",
         "ready engine",
     ]
-    assert list(servers) == ["vllm1", "vllm4", "ours4"] and engine == "engine"
+    assert list(servers) == ["vllm1", "vllm4", "ours4"] and engine is engine_double
 
 
 def test_an_interleaved_run_measures_c1_first_in_each_round_and_the_rest_per_server(
@@ -102,30 +112,30 @@ def test_an_interleaved_run_measures_c1_first_in_each_round_and_the_rest_per_ser
 ) -> None:
     from bench.gpu import run
 
-    calls: list[tuple] = []
-    servers = {name: Server(name, None, 0, name, "triton") for name in ("vllm1", "ours4")}  # type: ignore[arg-type]
-    started: list[dict] = []
-    monkeypatch.setattr(
-        run.Run,
-        "start_all",
-        lambda self, shape, names, args, with_engine: started.append(args) or (servers, None),
-    )
+    calls: list[tuple[object, ...]] = []
+    servers = {
+        name: Server(name, Mock(spec=subprocess.Popen), 0, name, "triton")
+        for name in ("vllm1", "ours4")
+    }
+    started: list[dict[str, Any]] = []
+
+    def start_all(self, shape, names, args, with_engine):
+        started.append(args)
+        return servers, None
+
+    monkeypatch.setattr(run.Run, "start_all", start_all)
     monkeypatch.setattr(run, "stop", lambda process: None)
-    monkeypatch.setattr(
-        run,
-        "run_interleaved",
-        lambda group, shape, requests, raw_dir, tokens: (
-            calls.append(("interleaved", [s.target for s in group], requests))
-            or {s.target: {"c": 1, "tok_s": 1.0} for s in group}
-        ),
-    )
-    monkeypatch.setattr(
-        run,
-        "run_level",
-        lambda server, shape, c, requests, *rest: (
-            calls.append((server.target, c, requests)) or {"c": c, "tok_s": 1.0}
-        ),
-    )
+
+    def run_interleaved(group, shape, requests, raw_dir, tokens):
+        calls.append(("interleaved", [s.target for s in group], requests))
+        return {s.target: {"c": 1, "tok_s": 1.0} for s in group}
+
+    def run_level(server, shape, c, requests, *rest):
+        calls.append((server.target, c, requests))
+        return {"c": c, "tok_s": 1.0}
+
+    monkeypatch.setattr(run, "run_interleaved", run_interleaved)
+    monkeypatch.setattr(run, "run_level", run_level)
     bench = run.Run(tmp_path, tmp_path, tmp_path, [(1, 24, 1), (256, 8, 8)], 4)
     bench.together("tiny", ["vllm1", "ours4"], rounds=2, profile=False, interleave=True)
     assert calls == [
@@ -179,9 +189,9 @@ def test_ours_targets_name_their_processes_metrics_and_protocol(
 ) -> None:
     from bench.gpu import servers as gpu_servers
 
-    launched: list[dict] = []
+    launched: list[dict[str, str]] = []
     monkeypatch.setattr(
-        gpu_servers.subprocess, "Popen", lambda argv, **kw: launched.append(kw["env"])
+        "bench.gpu.servers.subprocess.Popen", lambda argv, **kw: launched.append(kw["env"])
     )
     servers = [
         gpu_servers.start_server(target, tmp_path, "tiny", tmp_path / f"{target}.log", port=port)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.gpu.table import checks, lone_request_checks, lone_request_profile, render
 
 
-def record(target: str, c: int, tok_s: float, itl: float = 10.0, ttft: float = 50.0) -> dict:
+def record(
+    target: str, c: int, tok_s: float, itl: float = 10.0, ttft: float = 50.0
+) -> dict[str, Any]:
     return {
         "shape": "tiny",
         "target": target,
@@ -105,7 +109,9 @@ def test_the_null_comparison_takes_vllm_serve_as_the_bound() -> None:
     assert lone_request_checks(records, "vllm1") == [] and "2 of 3 met" in render(records)
 
 
-def lone(target: str, tok_s: float, ttft: float, server: dict | None = None) -> dict:
+def lone(
+    target: str, tok_s: float, ttft: float, server: dict[str, float] | None = None
+) -> dict[str, Any]:
     level = {
         **record(target, 1, tok_s, ttft=ttft),
         "interleaved": True,

@@ -114,13 +114,14 @@ async def test_allowed_token_ids_that_exclude_the_grammar_are_refused(
 
 async def test_usable_grammars_pass(xgrammar_check: GrammarCheck, llm: Any) -> None:
     digits = [llm.tokenizer.convert_tokens_to_ids(str(digit)) for digit in range(10)]
-    for structured, values in [
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         ({"json": OBJECT}, {}),
         ({"regex": "[a-z]{3}"}, {}),
         ({"choice": ["yes", "no"]}, {}),
         ({"grammar": 'root ::= "a" | "b"'}, {}),
         ({"json": {"type": "integer"}}, {"allowed_token_ids": digits}),
-    ]:
+    ]
+    for structured, values in cases:
         await xgrammar_check.check(params(structured, **values), "parameters")
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -56,7 +57,7 @@ def client(served: GrpcApp) -> Iterator[triton_grpc.InferenceServerClient]:
         yield grpc_client
 
 
-def status_of(call, *args, **kwargs) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def status_of(call: Callable[..., object], *args: Any, **kwargs: Any) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as raised:
         call(*args, **kwargs)
     return raised.value.status(), raised.value.message()
@@ -66,7 +67,7 @@ def refused_stream(
     client: triton_grpc.InferenceServerClient, **stream_options: object
 ) -> InferenceServerException:
     """The error of a stream the server refuses as a whole (a request may not even get out)."""
-    received: list = []
+    received: list[Any] = []
     client.start_stream(lambda result, error: received.append(error), **stream_options)
     with contextlib.suppress(InferenceServerException):
         client.async_stream_infer(**vllm_request("x", "1"))
@@ -241,7 +242,7 @@ def test_overload_is_the_http_text_per_request(tmp_path: Path) -> None:
     ):
         slow = vllm_request("x", "slow", sampling_parameters={"max_tokens": "6"})
         fast = vllm_request("x", "fast", sampling_parameters={"max_tokens": "1"})
-        received: list = []
+        received: list[tuple[Any, Any]] = []
         client.start_stream(lambda result, error: received.append((result, error)))
         client.async_stream_infer(**slow)
         wait_until(lambda: len(engine.active) == 1)
@@ -303,26 +304,26 @@ def test_metrics_and_access_log(
 
 
 def test_grpc_port_zero_disables_it(tmp_path: Path) -> None:
-    settings = Settings(model_repository=tmp_path, grpc_port=0)
+    settings = Settings(model_repository=[tmp_path], grpc_port=0)
     assert create_grpc_server(settings, build_runtime(settings, lambda spec: FakeEngine())) is None
 
 
 async def test_a_taken_port_stops_start_up_unless_shared(tmp_path: Path) -> None:
-    runtime = build_runtime(Settings(model_repository=tmp_path), lambda spec: FakeEngine())
+    runtime = build_runtime(Settings(model_repository=[tmp_path]), lambda spec: FakeEngine())
     port = free_port()
     first = GrpcServer(runtime, GrpcOptions(host="127.0.0.1", port=port))
     await first.start()
     try:
         with pytest.raises(RuntimeError, match=f"gRPC: cannot listen on 127.0.0.1:{port}"):
             await GrpcServer(
-                build_runtime(Settings(model_repository=tmp_path), lambda s: FakeEngine()),
+                build_runtime(Settings(model_repository=[tmp_path]), lambda s: FakeEngine()),
                 GrpcOptions(host="127.0.0.1", port=port),
             ).start()
     finally:
         await first.stop(0)
     shared = [
         GrpcServer(
-            build_runtime(Settings(model_repository=tmp_path), lambda s: FakeEngine()),
+            build_runtime(Settings(model_repository=[tmp_path]), lambda s: FakeEngine()),
             GrpcOptions(host="127.0.0.1", port=port, reuse_port=True),
         )
         for _ in range(2)

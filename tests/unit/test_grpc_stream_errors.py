@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -55,7 +56,7 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize(("changes", "message"), BAD_REQUESTS)
 def test_a_bad_request_gets_its_error_and_the_stream_goes_on(
-    client: triton_grpc.InferenceServerClient, changes: dict, message: str
+    client: triton_grpc.InferenceServerClient, changes: dict[str, Any], message: str
 ) -> None:
     bad = vllm_request("x", "bad", **changes)
     good = vllm_request(
@@ -119,7 +120,7 @@ BAD_TENSORS = [
 
 @pytest.mark.parametrize(("tensors", "message"), BAD_TENSORS)
 async def test_bad_tensors_get_triton_core_errors_per_request(
-    served: GrpcApp, tensors: dict, message: str
+    served: GrpcApp, tensors: dict[str, Any], message: str
 ) -> None:
     import grpc.aio
     from tritonclient.grpc import service_pb2_grpc

@@ -24,12 +24,12 @@ from app.schemas.generate import GenerateRequest
 from app.settings import Settings
 from app.triton.inputs import StreamPolicy, triton_request
 from tests.doubles import FakeEngine
-from tests.support.clients import started_clients
+from tests.support.clients import portal_of, runtime_of, started_clients
 from tests.support.repository import EXPLICIT_CONTROL, write_model
 from tests.support.waiting import wait_for
 
 TWO_CPU = "instance_group [{ kind: KIND_CPU count: 2 }]"
-FAST_RESTARTS = {
+FAST_RESTARTS: dict[str, Any] = {
     "engine_restart_backoff_seconds": 0.01,
     "engine_restart_backoff_max_seconds": 0.05,
     "engine_probe_interval_seconds": 0,
@@ -72,14 +72,14 @@ def two_instances(tmp_path: Path) -> Iterator[Callable[..., tuple[TestClient, In
         ) -> tuple[TestClient, InstanceEngines]:
             engines = engines or InstanceEngines()
             options = {**FAST_RESTARTS, **EXPLICIT_CONTROL, **settings}
-            app = create_app(Settings(model_repository=root, **options), engine_factory=engines)
+            app = create_app(Settings(model_repository=[root], **options), engine_factory=engines)
             return start(app), engines
 
         yield build
 
 
 def registry_of(client: TestClient) -> ModelRegistry:
-    return client.app.state.runtime.registry  # type: ignore[attr-defined,no-any-return]
+    return runtime_of(client).registry
 
 
 def test_a_failed_instance_heals_while_the_other_serves(
@@ -113,9 +113,9 @@ def test_a_request_waits_for_its_own_instances_replacement(
 ) -> None:
     client, engines = two_instances(InstanceEngines(restart_delay=0.2))
     first = engines.by_instance[1][0]
-    supervisors = registry_of(client)._supervisors[id(registry_of(client).get("fake"))]  # type: ignore[attr-defined]
+    supervisors = registry_of(client)._supervisors[id(registry_of(client).get("fake"))]
     assert [engines.by_instance[i][0].handover for i in (0, 1)] == supervisors
-    (waiting,) = client.portal.call(  # type: ignore[union-attr]
+    (waiting,) = portal_of(client).call(
         lambda: (asyncio.ensure_future(supervisors[1].replacement(first)),)
     )
     first.healthy = False

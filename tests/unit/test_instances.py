@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ NO_GPU = HostDevices(gpus=[], cpus=[0, 1, 2, 3])
 
 
 def instances(
-    tmp_path: Path, config: str, devices: HostDevices = TWO_GPUS, **engine_args: object
+    tmp_path: Path, config: str, devices: HostDevices = TWO_GPUS, **engine_args: Any
 ) -> tuple[ModelInstance, ...]:
     write_model(tmp_path, "m", config=config, **(engine_args or {"model": "x"}))
     (spec,) = load_model(tmp_path / "m", tmp_path, devices=devices)
@@ -133,16 +134,17 @@ def test_nonsense_is_an_error_naming_config_pbtxt(
 def test_kind_gpu_with_several_devices_per_engine_is_the_backends_error(
     tmp_path: Path, parallel: str
 ) -> None:
+    engine_args: dict[str, Any] = {"model": "x", parallel: 2}
     with pytest.raises(ModelConfigError) as error:
-        instances(tmp_path, "instance_group [{ kind: KIND_GPU }]", model="x", **{parallel: 2})
+        instances(tmp_path, "instance_group [{ kind: KIND_GPU }]", **engine_args)
     assert str(error.value).endswith(f"config.pbtxt: {MULTI_GPU_MESSAGE}")
     assert MULTI_GPU_MESSAGE == (
         "KIND_GPU is currently for single-GPU models, please specify KIND_MODEL in the "
         "model's config.pbtxt for multi-GPU models"
     )
     with pytest.raises(ModelConfigError, match="please specify KIND_MODEL"):
-        instances(tmp_path, "instance_group [{ kind: KIND_CPU }]", model="x", **{parallel: 2})
-    found = instances(tmp_path, "instance_group [{ kind: KIND_MODEL }]", model="x", **{parallel: 2})
+        instances(tmp_path, "instance_group [{ kind: KIND_CPU }]", **engine_args)
+    found = instances(tmp_path, "instance_group [{ kind: KIND_MODEL }]", **engine_args)
     assert places(found) == [("m_0", "KIND_MODEL", None, ())]
 
 
@@ -172,7 +174,7 @@ def test_a_load_request_with_a_bad_instance_group_is_a_400_naming_config_pbtxt(
     from app.settings import Settings
 
     write_model(tmp_path, "m", config="instance_group [{ kind: KIND_CPU count: 2 }]")
-    settings = Settings(model_repository=tmp_path, model_control_mode="explicit")
+    settings = Settings(model_repository=[tmp_path], model_control_mode="explicit")
     config = {"instance_group": [{"kind": "KIND_CPU", "count": -2}]}
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
         body = {"parameters": {"config": json.dumps(config)}}

@@ -18,6 +18,7 @@ from app.main import create_app
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.repository import EXPLICIT_CONTROL, write_model
+from tests.support.responses import Response
 
 TWO_VERSIONS = (
     "version_policy: { all { } }\n"
@@ -51,7 +52,7 @@ def triton(
         return engine
 
     app = create_app(
-        Settings(model_repository=two_model_repo, models=["alpha"], **EXPLICIT_CONTROL),
+        Settings(model_repository=[two_model_repo], models=["alpha"], **EXPLICIT_CONTROL),
         engine_factory=factory,
     )
     with socket.socket() as sock:
@@ -146,7 +147,7 @@ def test_unload_waits_for_running_requests(make_client, repository: Path) -> Non
     """A request admitted before the unload finishes; the engine stops only after it."""
     engine = FakeEngine(step_delay=0.05)
     client: TestClient = make_client(engine, **EXPLICIT_CONTROL)
-    results: dict[str, object] = {}
+    results: dict[str, Response] = {}
 
     def run() -> None:
         results["response"] = client.post(
@@ -177,9 +178,9 @@ def test_multi_gpu_model_needs_kind_model(tmp_path: Path) -> None:
     from app.errors import ModelConfigError
 
     with pytest.raises(ModelConfigError, match="KIND_MODEL"):
-        create_app(Settings(model_repository=tmp_path), engine_factory=lambda spec: FakeEngine())
+        create_app(Settings(model_repository=[tmp_path]), engine_factory=lambda spec: FakeEngine())
     (tmp_path / "big" / "config.pbtxt").write_text("instance_group [ { kind: KIND_MODEL } ]")
-    create_app(Settings(model_repository=tmp_path), engine_factory=lambda spec: FakeEngine())
+    create_app(Settings(model_repository=[tmp_path]), engine_factory=lambda spec: FakeEngine())
 
 
 def test_images_reach_the_engine_decoded(make_client) -> None:

@@ -217,7 +217,7 @@ def test_the_override_folder_is_removed_after_a_load_that_succeeds_or_fails(
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     engines = Engines(FakeEngine(), FakeEngine(), FakeEngine(start_error=RuntimeError("no")))
-    settings = Settings(model_repository=repository, **EXPLICIT_CONTROL)  # type: ignore[arg-type]
+    settings = Settings(model_repository=[repository], **EXPLICIT_CONTROL)
     with started_clients() as start:
         client = start(create_app(settings, engine_factory=engines))
         assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
@@ -263,7 +263,9 @@ def test_poll_mode_follows_the_repository_folder(tmp_path: Path) -> None:
     root = tmp_path / "polled"
     write_model(root, "fake")
     engines = Engines()
-    settings = Settings(model_repository=root, model_control_mode="poll", repository_poll_secs=0.1)
+    settings = Settings(
+        model_repository=[root], model_control_mode="poll", repository_poll_secs=0.1
+    )
     with started_clients() as start:
         client = start(create_app(settings, engine_factory=engines))
         assert client.post("/v2/repository/models/fake/load").status_code == 503

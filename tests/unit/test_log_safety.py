@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from app.errors import EngineUnhealthyError
 from app.observability.access_log import AccessJsonFormatter, format_plain
 from tests.doubles import FakeEngine
+from tests.support.access_log import access_fields
 
 
 def access_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -30,12 +31,13 @@ def test_a_newline_in_the_path_is_escaped_in_the_text_log(
     assert "\n" not in line and "\r" not in line
     assert 'path="/v2/models/x\\nINFO app.access: request_id=forged status=200/ready"' in line
     fields = dict(token.split("=", 1) for token in shlex.split(line))  # logfmt: one value per key
-    assert fields["status"] == "404" and fields["request_id"] == record.access["request_id"]
+    assert fields["status"] == "404" and fields["request_id"] == access_fields(record)["request_id"]
     assert (
-        record.access["path"] == "/v2/models/x\nINFO app.access: request_id=forged status=200/ready"
+        access_fields(record)["path"]
+        == "/v2/models/x\nINFO app.access: request_id=forged status=200/ready"
     )
     data = json.loads(AccessJsonFormatter("%(message)s").format(record))
-    assert data["path"] == record.access["path"]  # JSON logs carry the value, JSON-escaped
+    assert data["path"] == access_fields(record)["path"]  # JSON logs carry the value, JSON-escaped
 
 
 @pytest.mark.parametrize(
@@ -46,11 +48,11 @@ def test_an_unsafe_request_id_is_replaced(
     client: TestClient, caplog: pytest.LogCaptureFixture, header: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="app.access")
-    response = client.get("/v2/health/live", headers={"X-Request-ID": header.encode("utf-8")})
+    response = client.get("/v2/health/live", headers={b"X-Request-ID": header.encode("utf-8")})
     returned = response.headers["x-request-id"]
     assert returned != header and len(returned) == 32 and returned.isalnum()
     (record,) = access_records(caplog)
-    assert record.access["request_id"] == returned
+    assert access_fields(record)["request_id"] == returned
 
 
 @pytest.mark.parametrize(
@@ -88,7 +90,7 @@ def test_a_request_that_fails_after_its_stream_started_is_logged_as_failed(
     )
     assert response.status_code == 200 and '{"error":' in response.text
     (record,) = access_records(caplog)
-    assert record.access["error"] == "Model is unavailable due to unhealthy vLLM engine"
+    assert access_fields(record)["error"] == "Model is unavailable due to unhealthy vLLM engine"
     assert 'error="Model is unavailable due to unhealthy vLLM engine"' in record.getMessage()
     metrics = client.get("/metrics").text
     assert 'nv_inference_request_failure{model="fake",reason="BACKEND",version="1"} 1.0' in metrics
@@ -110,6 +112,6 @@ def test_an_error_response_is_logged_with_its_message(
     )
     assert response.status_code == 400
     (record,) = access_records(caplog)
-    assert record.access["status"] == 400 and record.access["error"].startswith(
+    assert access_fields(record)["status"] == 400 and access_fields(record)["error"].startswith(
         "parameters.temprature"
     )

@@ -162,7 +162,7 @@ def test_other_methods_are_not_allowed(client: TestClient) -> None:
 
 def test_the_logging_group_can_be_restricted(
     make_client, engine: FakeEngine, log: io.StringIO
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     client = make_client(engine, http_restricted_api=["logging:admin-key=secret"])
     refused = client.post("/v2/logging", json={"log_info": False})
     assert (refused.status_code, refused.json()) == (

@@ -5,7 +5,7 @@ produced (app/core/migration.py) and its resumption on a replacement `AsyncLLM`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,11 @@ class ScriptedLLM:
         prompt_ids = prompt.get("prompt_token_ids") or [
             len(word) for word in prompt["prompt"].split()
         ]
+        max_tokens = params.max_tokens
+        assert max_tokens is not None, "the engine is always given max_tokens"
         contexts = [list(prompt_ids) for _ in range(params.n)]
         cumulative = [0.0] * params.n
-        for step in range(params.max_tokens):
+        for step in range(max_tokens):
             await asyncio.sleep(0)
             if self.dead or (self.dies_after is not None and self.produced >= self.dies_after):
                 self.dead = True
@@ -68,7 +70,7 @@ class ScriptedLLM:
                 token = next_token(context)
                 context.append(token)
                 cumulative[index] += TOKEN_LOGPROB
-                last = step == params.max_tokens - 1
+                last = step == max_tokens - 1
                 completions.append(
                     CompletionOutput(
                         index=index,
@@ -88,7 +90,7 @@ class ScriptedLLM:
                 list(prompt_ids),
                 None,
                 completions,
-                finished=step == params.max_tokens - 1,
+                finished=step == max_tokens - 1,
             )
 
 
@@ -132,6 +134,12 @@ def params(
     max_tokens: int = 16, kind: RequestOutputKind = RequestOutputKind.DELTA, **values: Any
 ) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, output_kind=kind, **values)
+
+
+def calls_of(engine: ScriptedEngine) -> list[Call]:
+    """The calls of an engine's AsyncLLM."""
+    assert engine.llm is not None
+    return engine.llm.calls
 
 
 def engines(*dies_after: int | None) -> tuple[ScriptedEngine, list[ScriptedEngine], Succession]:
@@ -179,7 +187,7 @@ def test_a_stream_resumes_where_it_stopped_and_reads_as_one_request() -> None:
     assert [o.outputs[0].cumulative_logprob for o in outputs] == [
         TOKEN_LOGPROB * (i + 1) for i in range(16)
     ]
-    (call,) = second.llm.calls  # type: ignore[union-attr]
+    (call,) = calls_of(second)
     assert call.prompt == {"prompt_token_ids": PROMPT_IDS + uninterrupted(5)}
     assert (call.params.n, call.params.max_tokens, call.request_id) == (1, 11, "req")
     assert call.kwargs == {"lora_request": None}
@@ -201,7 +209,7 @@ def test_n_completions_resume_each_on_its_own_with_the_seed_offset() -> None:
     (output,) = outputs
     assert [c.index for c in output.outputs] == [0, 1]
     assert all(list(c.token_ids) == uninterrupted(10) for c in output.outputs)
-    calls = second.llm.calls  # type: ignore[union-attr]
+    calls = calls_of(second)
     assert sorted(c.request_id for c in calls) == ["req-n0", "req-n1"]
     assert {(c.params.n, c.params.max_tokens, c.params.seed) for c in calls} == {(1, 7, 43)}
     assert succession.migrations == 1
@@ -247,7 +255,7 @@ def test_a_request_that_produced_nothing_starts_again_as_it_was() -> None:
     grammar = StructuredOutputsParams(regex="[a-z]+")
     outputs = run(first, params(6, structured_outputs=grammar))
     assert tokens_of(outputs) == uninterrupted(6)
-    (call,) = second.llm.calls  # type: ignore[union-attr]
+    (call,) = calls_of(second)
     assert call.prompt == PROMPT and call.params.max_tokens == 6
 
 
@@ -276,7 +284,7 @@ def test_closing_the_stream_closes_the_resumed_engine_requests() -> None:
         outputs = request.outputs()
         for _ in range(5):
             await anext(outputs)
-        await outputs.aclose()  # type: ignore[attr-defined]
+        await outputs.aclose()
 
     asyncio.run(read_five())
     assert second.tracked == {"admitted": set()}
@@ -303,7 +311,7 @@ def test_progress_counts_each_completion_and_knows_when_it_cannot_resume() -> No
 def test_merged_streams_interleave_and_close_together() -> None:
     closed: list[int] = []
 
-    async def numbers(start: int) -> AsyncIterator[int]:
+    async def numbers(start: int) -> AsyncGenerator[int, None]:
         try:
             for value in range(start, start + 3):
                 await asyncio.sleep(0)

@@ -24,6 +24,7 @@ from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import EngineCores
 from app.multiprocess.link import FrontendProcessLink, decode_override, encode_override
 from app.multiprocess.metrics import merge_expositions
+from app.multiprocess.ops import Op
 from app.multiprocess.supervisor import Supervisor
 from app.multiprocess.supervisor import core_key as supervisor_core_key
 from app.observability.log_control import LOG_CONTROL
@@ -244,25 +245,28 @@ class Answering:
         return self.reply
 
 
-async def test_a_gather_leaves_out_a_frontend_process_gone_but_fails_on_one_that_failed() -> None:
+async def test_a_gather_leaves_out_a_frontend_process_gone_but_fails_on_one_that_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A frontend process whose metrics failed must fail the scrape, not vanish from it."""
     supervisor = Supervisor.__new__(Supervisor)
-    supervisor._channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}  # type: ignore[dict-item]
-    assert await supervisor._gather("metrics") == ["a"]
-    supervisor._channels[2] = Answering(
-        RemoteError("AttributeError", "no get_num_unfinished_requests")
-    )  # type: ignore[assignment]
+    channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}
+    monkeypatch.setattr(supervisor, "_channels", channels, raising=False)
+    assert await supervisor._gather(Op.METRICS) == ["a"]
+    channels[2] = Answering(RemoteError("AttributeError", "no get_num_unfinished_requests"))
     with pytest.raises(RemoteError, match="no get_num_unfinished_requests"):
-        await supervisor._gather("metrics")
+        await supervisor._gather(Op.METRICS)
 
 
-async def test_a_frontend_process_answers_a_failed_gather_of_metrics_with_a_server_error() -> None:
+async def test_a_frontend_process_answers_a_failed_gather_of_metrics_with_a_server_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     link = FrontendProcessLink(0, "unused")
 
     async def failing(op: str, **args: Any) -> object:
         raise RemoteError("AttributeError", "no get_num_unfinished_requests")
 
-    link._call = failing  # type: ignore[method-assign]
+    monkeypatch.setattr(link, "_call", failing)
     with pytest.raises(
         ServerError, match="a frontend process failed to report its metrics: no get_num_unfinished"
     ):

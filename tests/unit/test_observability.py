@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.observability.log_control import LOG_CONTROL, LogSettings
 from tests.doubles import FakeEngine
+from tests.support.access_log import access_fields
+from tests.support.clients import runtime_of
 from tests.support.repository import write_model
 
 
@@ -30,8 +32,8 @@ def test_request_id_is_returned_and_logged_with_model_and_tokens(
         headers={"X-Request-ID": "req-42"},
     )
     assert response.headers["x-request-id"] == "req-42"
-    (record,) = [r for r in access_lines(caplog) if r.access["path"].endswith("/generate")]
-    fields = record.access
+    (record,) = [r for r in access_lines(caplog) if access_fields(r)["path"].endswith("/generate")]
+    fields = access_fields(record)
     assert fields["request_id"] == "req-42" and fields["status"] == 200
     assert (fields["model"], fields["version"]) == ("fake", "1")
     assert fields["prompt_tokens"] == 2 and fields["generated_tokens"] == 3
@@ -47,8 +49,10 @@ def test_stream_is_logged_once_when_it_ends(
         "/v2/models/fake/generate_stream", json={"text_input": "x", "parameters": {"max_tokens": 4}}
     )
     assert len(response.headers["x-request-id"]) == 32
-    (record,) = [r for r in access_lines(caplog) if r.access["path"].endswith("generate_stream")]
-    assert record.access["generated_tokens"] == 4
+    (record,) = [
+        r for r in access_lines(caplog) if access_fields(r)["path"].endswith("generate_stream")
+    ]
+    assert access_fields(record)["generated_tokens"] == 4
 
 
 def test_prompts_are_logged_only_when_enabled(
@@ -57,7 +61,7 @@ def test_prompts_are_logged_only_when_enabled(
     caplog.set_level(logging.INFO, logger="app.access")
     client = make_client(FakeEngine(), log_prompts=True)
     client.post("/v2/models/fake/generate", json={"text_input": "visible prompt"})
-    assert any(r.access.get("prompt") == "visible prompt" for r in access_lines(caplog))
+    assert any(access_fields(r).get("prompt") == "visible prompt" for r in access_lines(caplog))
 
 
 def test_json_log_format_writes_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,7 +96,7 @@ def test_http_metrics_use_route_templates_not_raw_paths(client: TestClient) -> N
 
 
 def test_health_check_runs_before_each_request_when_enabled(
-    make_client: Callable[..., TestClient], tmp_path: Path
+    make_client: Callable[..., TestClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "hc"
     write_model(
@@ -108,7 +112,7 @@ def test_health_check_runs_before_each_request_when_enabled(
         calls.append(1)
         await original()
 
-    engine.check_health = counting_check  # type: ignore[method-assign]
+    monkeypatch.setattr(engine, "check_health", counting_check)
     client = make_client(engine, root)
     assert client.post("/v2/models/fake/generate", json={"text_input": "x"}).status_code == 200
     assert (
@@ -134,6 +138,6 @@ def test_load_gauges_report_admitted_and_engine_held_requests(
         }
 
     assert gauges() == {"server_requests_in_flight": 0, "server_engine_requests_unfinished": 0}
-    client.app.state.runtime.registry.get("fake").in_flight.update({"a": False, "b": False})
+    runtime_of(client).registry.get("fake").in_flight.update({"a": False, "b": False})
     engine.active.add("a")
     assert gauges() == {"server_requests_in_flight": 2, "server_engine_requests_unfinished": 1}

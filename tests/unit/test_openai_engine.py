@@ -22,7 +22,7 @@ from app.core.limits import RequestLimits
 from app.engine.openai_bodies import parse
 from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
 from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
-from app.engine.openai_serving import GuardedEngineClient, as_server_error
+from app.engine.openai_serving import EngineRequests, GuardedEngineClient, as_server_error
 from app.engine.vllm_engine import VllmEngine
 from app.errors import (
     InvalidRequestError,
@@ -213,7 +213,8 @@ class Counts:
 
 
 async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitted_id() -> None:
-    llm, counts, requests = FakeLLM(), Counts(), {}
+    llm, counts = FakeLLM(), Counts()
+    requests: EngineRequests = {}
     client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
     assert client.model_config.max_model_len == 2048  # everything else is the engine's
     outputs = client.generate({"prompt": "x"}, SamplingParams(max_tokens=3), "cmpl-1-0")
@@ -248,14 +249,16 @@ async def test_integers_the_engine_cannot_carry_are_refused_before_it_sees_them(
         client.generate("x", SamplingParams(logit_bias={2**70: 1.0}), "r")
 
 
-async def test_abort_reaches_the_engine_requests_of_an_admitted_request(tmp_path: Path) -> None:
+async def test_abort_reaches_the_engine_requests_of_an_admitted_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = VllmEngine(spec_with(tmp_path, {}))
     aborted: list[Any] = []
 
     async def abort(ids: Any) -> None:
         aborted.append(ids)
 
-    engine._llm = SimpleNamespace(abort=abort)  # type: ignore[assignment]
+    monkeypatch.setattr(engine, "_llm", SimpleNamespace(abort=abort))
     engine._openai_requests["admitted"] = {"cmpl-x-0"}
     await engine.abort("admitted")
     await engine.abort("triton-id")

@@ -10,8 +10,12 @@ from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode
 
 from tests.doubles import FakeEngine
+from tests.support.access_log import access_fields
+from tests.support.clients import runtime_of
 from tests.support.openai_routes import CHAT, COMPLETION, frames
 from tests.support.waiting import wait_until
 from tests.unit.test_reliability import in_background
@@ -54,7 +58,7 @@ def test_requests_are_admitted_and_logged(
     caplog.set_level(logging.INFO, logger="app.access")
     engine = FakeEngine(step_delay=0.02)
     client = make_client(engine, log_prompts=True)
-    served = client.app.state.runtime.registry.get("fake")
+    served = runtime_of(client).registry.get("fake")
     thread, _ = in_background(client, "/v1/chat/completions", {**CHAT, "max_tokens": 10})
     wait_until(lambda: len(served.in_flight) == 1)
     thread.join()
@@ -62,9 +66,9 @@ def test_requests_are_admitted_and_logged(
     (record,) = [
         r
         for r in caplog.records
-        if r.name == "app.access" and r.access["path"] == "/v1/chat/completions"
+        if r.name == "app.access" and access_fields(r)["path"] == "/v1/chat/completions"
     ]
-    fields = record.access
+    fields = access_fields(record)
     assert (fields["model"], fields["version"], fields["status"]) == ("fake", "1", 200)
     assert (
         fields["generated_tokens"] == 10 and fields["prompt_tokens"] == 1 and fields["ttft_ms"] > 0
@@ -115,13 +119,14 @@ def test_the_v1_schemas_are_the_models_that_read_and_write_the_bodies(client: Te
     from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest
 
     components = client.get("/openapi.json").json()["components"]["schemas"]
-    for model, mode in [
+    cases: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (CompletionRequest, "validation"),
         (ChatCompletionRequest, "validation"),
         (CompletionResponse, "serialization"),
         (ChatCompletionResponse, "serialization"),
-    ]:
-        expected = model.model_json_schema(mode=mode)  # type: ignore[arg-type]
+    ]
+    for model, mode in cases:
+        expected = model.model_json_schema(mode=mode)
         published = components[model.__name__]
         assert set(published["properties"]) == set(expected["properties"]), model.__name__
         assert set(published.get("required", ())) == set(expected.get("required", ())), (

@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -167,7 +168,7 @@ async def test_drain_aborts_long_requests_with_an_error(repository: Path) -> Non
     context = OpenAIContext(Request({"type": "http", "headers": []}), GenerationService(), None)
     target = resolve(registry, "fake")
 
-    async def answer(body: dict) -> list:
+    async def answer(body: dict[str, Any]) -> list[Any]:
         try:
             return [
                 item

@@ -5,7 +5,7 @@ match)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,12 +57,12 @@ def engines() -> dict[str, FakeEngine]:
 
 
 @pytest.fixture
-def lora_client(lora_repository: Path, engines: dict[str, FakeEngine]) -> TestClient:
+def lora_client(lora_repository: Path, engines: dict[str, FakeEngine]) -> Iterator[TestClient]:
     from app.main import create_app
     from app.settings import Settings
 
     app = create_app(
-        Settings(model_repository=lora_repository),
+        Settings(model_repository=[lora_repository]),
         lambda spec: engines[f"{spec.name}/{spec.version}"],
     )
     with TestClient(app, raise_server_exceptions=False) as client:

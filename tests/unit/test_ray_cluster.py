@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -145,7 +146,9 @@ async def test_the_last_group_of_the_process_disconnects() -> None:
     assert cluster.disconnects == 1
 
 
-async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole() -> None:
+async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from app.engine.vllm_engine import VllmEngine
 
     engine_args = {
@@ -162,7 +165,8 @@ async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole() -
     async def healthy() -> None:
         pass
 
-    engine._llm = SimpleNamespace(errored=False, check_health=healthy)  # a running AsyncLLM
+    # a running AsyncLLM
+    monkeypatch.setattr(engine, "_llm", SimpleNamespace(errored=False, check_health=healthy))
     assert engine.is_healthy
     await engine.check_health()
     cluster.gpus = 1
@@ -179,8 +183,8 @@ async def test_an_engine_on_ray_is_healthy_only_while_its_group_stayed_whole() -
     await engine._group.stop()
 
 
-def args(**values: object) -> AsyncEngineArgs:
-    return AsyncEngineArgs(model=LOCAL_MODEL, **values)  # type: ignore[arg-type]
+def args(**values: Any) -> AsyncEngineArgs:
+    return AsyncEngineArgs(model=LOCAL_MODEL, **values)
 
 
 def test_only_ray_engines_with_a_known_address_watch_a_group() -> None:
@@ -233,7 +237,7 @@ def test_a_ray_model_without_ray_installed_is_a_clear_error(
         pipeline_parallel_size=2,
         distributed_executor_backend="ray",
     )
-    monkeypatch.setattr(engine_args.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr("app.engine.engine_args.importlib.util.find_spec", lambda name: None)
     with pytest.raises(
         ModelConfigError, match=r"model.json: distributed_executor_backend 'ray' needs Ray"
     ):

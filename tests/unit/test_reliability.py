@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -26,8 +27,10 @@ from tests.support.waiting import wait_until
 SLOW = {"text_input": "x", "parameters": {"max_tokens": 40}}
 
 
-def in_background(client: TestClient, path: str, body: dict) -> tuple[threading.Thread, dict]:
-    result: dict = {}
+def in_background(
+    client: TestClient, path: str, body: dict[str, Any]
+) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
 
     def run() -> None:
         result["response"] = client.post(path, json=body)
@@ -216,7 +219,9 @@ def test_model_names_never_reach_the_file_system(
         {"extra_args": {"x": 1}},
     ],
 )
-def test_requests_cannot_set_engine_arguments(client: TestClient, parameter: dict) -> None:
+def test_requests_cannot_set_engine_arguments(
+    client: TestClient, parameter: dict[str, Any]
+) -> None:
     response = client.post(
         "/v2/models/fake/generate", json={"text_input": "x", "parameters": parameter}
     )

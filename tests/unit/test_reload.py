@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,10 +29,10 @@ class Engines:
 
     def __init__(self) -> None:
         self.made: list[tuple[ModelSpec, FakeEngine]] = []
-        self.next_options: dict[str, object] = {}
+        self.next_options: dict[str, Any] = {}
 
     def __call__(self, spec: ModelSpec) -> FakeEngine:
-        engine = FakeEngine(**self.next_options)  # type: ignore[arg-type]
+        engine = FakeEngine(**self.next_options)
         self.made.append((spec, engine))
         return engine
 
@@ -44,12 +45,12 @@ class Engines:
 def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Engines]]]:
     with started_clients() as start:
 
-        def build(**settings: object) -> tuple[TestClient, Engines]:
+        def build(**settings: Any) -> tuple[TestClient, Engines]:
             engines = Engines()
             settings = {"engine_probe_interval_seconds": 0, **EXPLICIT_CONTROL, **settings}
             return start(
                 create_app(
-                    Settings(model_repository=repository, **settings), engine_factory=engines
+                    Settings(model_repository=[repository], **settings), engine_factory=engines
                 )
             ), engines
 
@@ -57,9 +58,9 @@ def served(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Engines
 
 
 def load_in_background(
-    client: TestClient, body: dict | None = None
-) -> tuple[threading.Thread, dict]:
-    result: dict = {}
+    client: TestClient, body: dict[str, Any] | None = None
+) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
     thread = threading.Thread(
         target=lambda: result.setdefault("response", client.post(LOAD, json=body))
     )
@@ -182,7 +183,7 @@ def test_file_overrides_replace_the_model_folder(
     ],
 )
 def test_bad_overrides_are_a_400_naming_the_parameter(
-    served: Callable[..., tuple[TestClient, Engines]], parameters: dict, message: str
+    served: Callable[..., tuple[TestClient, Engines]], parameters: dict[str, Any], message: str
 ) -> None:
     client, engines = served()
     response = client.post(LOAD, json={"parameters": parameters})

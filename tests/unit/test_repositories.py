@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,6 +15,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.triton.model_table import model_table
 from tests.doubles import FakeEngine
+from tests.support.clients import runtime_of
 from tests.support.repository import EXPLICIT_CONTROL, write_model
 
 TWIN = {
@@ -34,10 +36,10 @@ def roots(tmp_path: Path) -> list[Path]:
 
 
 def started(
-    roots: list[Path], engine_factory: Callable[..., FakeEngine] | None = None, **settings: object
+    roots: list[Path], engine_factory: Callable[..., FakeEngine] | None = None, **settings: Any
 ) -> TestClient:
     app = create_app(
-        Settings(model_repository=roots, **settings),  # type: ignore[arg-type]
+        Settings(model_repository=roots, **settings),
         engine_factory=engine_factory or (lambda spec: FakeEngine()),
     )
     return TestClient(app, raise_server_exceptions=False)
@@ -70,7 +72,7 @@ def test_without_exit_on_error_both_repositories_serve_and_the_twin_is_unavailab
 def test_each_model_is_read_from_its_own_repository(roots: list[Path]) -> None:
     seen: list[Path] = []
 
-    def factory(spec):  # type: ignore[no-untyped-def]
+    def factory(spec):
         seen.append(spec.version_path)
         return FakeEngine()
 
@@ -91,7 +93,7 @@ def test_a_twin_cannot_be_loaded_and_a_poll_leaves_it_out(roots: list[Path]) -> 
 def test_a_model_that_fails_at_start_is_unavailable_and_keeps_strict_readiness_off(
     roots: list[Path],
 ) -> None:
-    def factory(spec):  # type: ignore[no-untyped-def]
+    def factory(spec):
         return (
             FakeEngine(start_error=RuntimeError("no memory"))
             if spec.name == "beta"
@@ -114,7 +116,7 @@ def test_a_model_that_fails_at_start_is_unavailable_and_keeps_strict_readiness_o
 
 
 def test_an_engine_failing_at_start_stops_the_start_by_default(roots: list[Path]) -> None:
-    def factory(spec):  # type: ignore[no-untyped-def]
+    def factory(spec):
         return FakeEngine(start_error=RuntimeError("no memory"))
 
     client = started([roots[0]], factory, models=["alpha"])
@@ -135,7 +137,7 @@ def test_one_repository_as_a_single_path_still_works(
 def test_the_model_table_is_tritons(roots: list[Path]) -> None:
     with started(roots, exit_on_error=False, **EXPLICIT_CONTROL) as client:
         client.post("/v2/repository/models/alpha/unload")
-        table = model_table(client.app.state.runtime.registry.index())  # type: ignore[attr-defined]
+        table = model_table(runtime_of(client).registry.index())
     assert table == (
         "\n"
         "+-------+---------+--------------------------------------------------------+\n"

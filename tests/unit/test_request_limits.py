@@ -291,7 +291,7 @@ OPENAI_CASES = [
     ("prompt_logprobs", {"prompt_logprobs": 10**9}, "prompt_logprobs: 1000000000 is above"),
     ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
 ]
-OPENAI_BODIES = {
+OPENAI_BODIES: dict[str, dict[str, Any]] = {
     "create_completion": {"model": "fake", "prompt": "Hi"},
     "create_chat_completion": {"model": "fake", "messages": [{"role": "user", "content": "Hi"}]},
 }

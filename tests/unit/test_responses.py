@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from app.core.chunks import merge_chunks
 from app.core.types import CompletionDelta, GenerationChunk
@@ -23,7 +24,7 @@ ALL_OUTPUTS = {
 }
 
 
-def builder(body: dict, stream: bool) -> ResponseBuilder:
+def builder(body: dict[str, Any], stream: bool) -> ResponseBuilder:
     spec = ModelSpec(name="m", version="2", version_path=Path("."), engine_args={})
     model = ServedModel(spec=spec, engine=FakeEngine(), state=ModelState.READY)
     request = triton_request(
@@ -103,4 +104,5 @@ def test_merge_joins_text_and_sums_tokens_per_completion() -> None:
         ("ab", 2, "length"),
         ("xy", 2, "stop"),
     ]
-    assert len(merged.completions[0].logprobs) == 2 and merged.finished
+    logprobs = merged.completions[0].logprobs
+    assert logprobs is not None and len(logprobs) == 2 and merged.finished

@@ -67,7 +67,7 @@ def two_instances(tmp_path: Path) -> Iterator[Callable[..., tuple[TestClient, In
             write_model(tmp_path / "repo", "fake", config=config)
             engines = InstanceEngines()
             app = create_app(
-                Settings(model_repository=tmp_path / "repo", **settings), engine_factory=engines
+                Settings(model_repository=[tmp_path / "repo"], **settings), engine_factory=engines
             )
             return start(app), engines
 
@@ -155,14 +155,14 @@ def test_prefix_routing_sends_a_prefix_to_one_engine_over_triton_and_openai(
         chat = {"model": "fake", "messages": [{"role": "user", "content": f"{prefix} 4th"}]}
         assert client.post("/v1/chat/completions", json=chat).status_code == 200
     for prefix in PREFIXES:
-        for chat in (False, True):  # a chat's key is its messages' text, roles and all
+        for is_chat in (False, True):  # a chat's key is its messages' text, roles and all
             holders = {
                 index
                 for index in (0, 1)
                 for prompt in engines.served(index)
-                if prompt.startswith(prefix) and prompt.endswith("4th") == chat
+                if prompt.startswith(prefix) and prompt.endswith("4th") == is_chat
             }
-            assert len(holders) == 1, (prefix, chat)
+            assert len(holders) == 1, (prefix, is_chat)
     assert engines.served(0) and engines.served(1), "every prefix on one instance"
 
 

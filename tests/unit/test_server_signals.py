@@ -12,7 +12,6 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from app import server as server_module
 from app.launch.server import SAME_STOP_SECONDS, DrainingServer
 
 
@@ -55,7 +54,7 @@ def test_a_supervised_process_takes_a_sigterm_soon_after_the_first_as_the_same_s
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(server_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("app.launch.server.time.monotonic", lambda: now[0])
     server = a_server(supervised=True)
     server.handle_exit(signal.SIGTERM, None)
     server.handle_exit(signal.SIGTERM, None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -78,7 +79,7 @@ def test_the_values_schema_takes_each_setting_by_its_variable() -> None:
     [CHART / "values.yaml", *sorted((CHART / "examples").glob("*.yaml"))],
     ids=lambda p: p.name,
 )
-def test_the_charts_values_pass_its_schema(values: object) -> None:
+def test_the_charts_values_pass_its_schema(values: Path) -> None:
     schema = json.loads(reference.VALUES_SCHEMA.read_text())
-    data = yaml.safe_load(values.read_text())  # type: ignore[attr-defined]
+    data = yaml.safe_load(values.read_text())
     assert not [error.message for error in jsonschema.Draft7Validator(schema).iter_errors(data)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from starlette.types import Message
+
 from app.routes.sse import EventStream, data_frame
 
 
@@ -13,11 +15,11 @@ async def collect(response: EventStream) -> list[bytes]:
     bodies: list[bytes] = []
     finished = asyncio.Event()
 
-    async def receive() -> dict:
+    async def receive() -> Message:
         await finished.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.body":
             bodies.append(message["body"])
             if not message.get("more_body"):

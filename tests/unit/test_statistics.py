@@ -4,6 +4,7 @@ inside `parameters` on /generate (Triton's mapping, as the backend's multi_lora 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.http as triton_http
@@ -95,7 +96,7 @@ def test_unhealthy_models_are_left_out(client: TestClient, engine: FakeEngine) -
 
 def test_tritonclient_http_reads_statistics(repository: Path) -> None:
     app = create_app(
-        Settings(model_repository=repository), engine_factory=lambda spec: FakeEngine()
+        Settings(model_repository=[repository]), engine_factory=lambda spec: FakeEngine()
     )
     with serve_in_thread(app) as url:
         client = triton_http.InferenceServerClient(url.removeprefix("http://"))
@@ -126,7 +127,7 @@ def test_a_request_the_client_left_counts_as_success_and_an_error_as_failure() -
 
 def test_inputs_inside_parameters_are_those_inputs(client: TestClient) -> None:
     """The backend's multi_lora CI: `exclude_input_in_output` inside `parameters` on /generate."""
-    body = {
+    body: dict[str, Any] = {
         "text_input": "x",
         "parameters": {
             "stream": False,
@@ -163,7 +164,7 @@ def test_inputs_inside_parameters_are_those_inputs(client: TestClient) -> None:
     ],
 )
 def test_typos_and_bad_values_in_parameters_stay_400s(
-    client: TestClient, parameters: dict, message: str
+    client: TestClient, parameters: dict[str, Any], message: str
 ) -> None:
     response = client.post(
         "/v2/models/fake/generate", json={"text_input": "x", "parameters": parameters}
@@ -187,7 +188,7 @@ def test_an_input_given_twice_is_a_400(client: TestClient) -> None:
 
 def test_statistics_start_again_after_a_reload(tmp_path: Path) -> None:
     write_model(tmp_path / "repo", "fake")
-    settings = Settings(model_repository=tmp_path / "repo", **EXPLICIT_CONTROL)
+    settings = Settings(model_repository=[tmp_path / "repo"], **EXPLICIT_CONTROL)
     app = create_app(settings, engine_factory=lambda spec: FakeEngine())
     with TestClient(app) as http:
         http.post("/v2/models/fake/generate", json={"text_input": "x", "max_tokens": 1})

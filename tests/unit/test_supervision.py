@@ -20,11 +20,11 @@ from app.repository.served_model import ModelState
 from app.repository.supervision import EngineSupervisor, RestartBudget, RestartPolicy
 from app.settings import Settings
 from tests.doubles import FakeEngine
-from tests.support.clients import started_clients
+from tests.support.clients import portal_of, runtime_of, started_clients
 from tests.support.repository import EXPLICIT_CONTROL
 from tests.support.waiting import wait_for
 
-FAST_RESTARTS = {
+FAST_RESTARTS: dict[str, Any] = {
     "engine_restart_backoff_seconds": 0.01,
     "engine_restart_backoff_max_seconds": 0.05,
     "engine_probe_interval_seconds": 0,
@@ -36,12 +36,12 @@ T = TypeVar("T")
 class EngineSeries:
     """An engine factory that makes a new `FakeEngine` each time, keeping them all."""
 
-    def __init__(self, **engine_options: object) -> None:
+    def __init__(self, **engine_options: Any) -> None:
         self.engines: list[FakeEngine] = []
         self.options = engine_options
 
     def __call__(self, spec: object) -> FakeEngine:
-        engine = FakeEngine(**self.options)  # type: ignore[arg-type]
+        engine = FakeEngine(**self.options)
         self.engines.append(engine)
         return engine
 
@@ -51,12 +51,13 @@ def supervised(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Eng
     with started_clients() as start:
 
         def build(
-            series: EngineSeries | None = None, **settings: object
+            series: EngineSeries | None = None, **settings: Any
         ) -> tuple[TestClient, EngineSeries]:
             series = series or EngineSeries()
             app = create_app(
                 Settings(
-                    model_repository=repository, **{**FAST_RESTARTS, **EXPLICIT_CONTROL, **settings}
+                    model_repository=[repository],
+                    **{**FAST_RESTARTS, **EXPLICIT_CONTROL, **settings},
                 ),
                 engine_factory=series,
             )
@@ -66,7 +67,7 @@ def supervised(repository: Path) -> Iterator[Callable[..., tuple[TestClient, Eng
 
 
 def registry_of(client: TestClient) -> ModelRegistry:
-    return client.app.state.runtime.registry  # type: ignore[attr-defined,no-any-return]
+    return runtime_of(client).registry
 
 
 def restarts_metric(client: TestClient) -> float:
@@ -195,7 +196,9 @@ def test_restart_backoff_doubles_up_to_its_limit_and_the_budget_is_per_window() 
     assert wait_for(lambda: not old.exhausted(), timeout=1)
 
 
-def stream_in_thread(client: TestClient, body: dict) -> tuple[threading.Thread, list[str]]:
+def stream_in_thread(
+    client: TestClient, body: dict[str, Any]
+) -> tuple[threading.Thread, list[str]]:
     """A streaming request read to its end in a thread; its `data:` lines land in the list."""
     lines: list[str] = []
 
@@ -274,13 +277,13 @@ def test_a_hung_engine_whose_requests_finished_is_caught_by_its_probe(
 
 
 def handover_of(client: TestClient) -> EngineSupervisor:
-    supervisors = registry_of(client)._supervisors[id(registry_of(client).get("fake"))]  # type: ignore[attr-defined]
-    return supervisors[0]  # type: ignore[no-any-return]
+    supervisors = registry_of(client)._supervisors[id(registry_of(client).get("fake"))]
+    return supervisors[0]
 
 
 def spawn(client: TestClient, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """Run `coroutine` as a task of the app's event loop; return the task at once."""
-    (task,) = client.portal.call(lambda: (asyncio.ensure_future(coroutine),))  # type: ignore[union-attr]
+    (task,) = portal_of(client).call(lambda: (asyncio.ensure_future(coroutine),))
     return task
 
 
@@ -319,12 +322,12 @@ def test_no_replacement_when_migration_is_off_or_the_wait_is_over(
 ) -> None:
     client, series = supervised(engine_migrate_requests=False)
     assert series.engines[0].handover is None
-    assert client.portal.call(handover_of(client).replacement, series.engines[0]) is None  # type: ignore[union-attr]
+    assert portal_of(client).call(handover_of(client).replacement, series.engines[0]) is None
     client, series = supervised(EngineSeries(start_delay=5), engine_migration_wait_seconds=0.2)
     supervisor = handover_of(client)
     series.engines[0].healthy = False
     started = time.monotonic()
-    assert client.portal.call(supervisor.replacement, series.engines[0]) is None  # type: ignore[union-attr]
+    assert portal_of(client).call(supervisor.replacement, series.engines[0]) is None
     assert time.monotonic() - started < 2
 
 

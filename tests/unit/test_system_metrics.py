@@ -136,7 +136,8 @@ def served_metrics(repository: Path, *flags: str) -> str:
     """/metrics of the app the command line's flags configure (the engine double serving)."""
     settings = settings_from([f"--model-repository={repository}", *flags], "tritonserver")[0]
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
-        return client.get("/metrics").text
+        text: str = client.get("/metrics").text
+        return text
 
 
 @pytest.mark.parametrize(

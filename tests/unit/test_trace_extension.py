@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -49,7 +50,7 @@ def test_opentelemetry_settings_as_triton_reports_them(monkeypatch: pytest.Monke
         ]
     )
     assert (config.level, config.rate, config.count, config.mode) == (
-        {"TIMESTAMPS"},
+        frozenset({"TIMESTAMPS"}),
         1,
         5,
         "opentelemetry",
@@ -227,7 +228,7 @@ def test_triton_mode_reports_the_file_settings(client: TestClient) -> None:
     ],
 )
 def test_bad_http_settings_get_tritons_answer(
-    traced: TestClient, body: dict, status: int, message: str
+    traced: TestClient, body: dict[str, Any], status: int, message: str
 ) -> None:
     before = traced.get("/v2/trace/setting").json()
     response = traced.post("/v2/trace/setting", json=body)
@@ -254,7 +255,7 @@ def test_tritonclient_http_reads_and_changes_settings(repository: Path) -> None:
     from app.settings import Settings
 
     app = create_app(
-        Settings(model_repository=repository, trace_config=OTEL),
+        Settings(model_repository=[repository], trace_config=OTEL),
         engine_factory=lambda spec: FakeEngine(),
     )
     with serve_in_thread(app) as url:
@@ -321,7 +322,7 @@ def test_grpc_settings_round_trip(grpc_app: GrpcApp) -> None:
     ],
 )
 def test_bad_grpc_settings_get_tritons_status(
-    grpc_app: GrpcApp, model: str, settings: dict, status: str, message: str
+    grpc_app: GrpcApp, model: str, settings: dict[str, Any], status: str, message: str
 ) -> None:
     with (
         triton_grpc.InferenceServerClient(grpc_app.grpc_url) as client,

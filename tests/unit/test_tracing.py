@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as triton_grpc
 from fastapi.testclient import TestClient
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -83,7 +83,7 @@ def check_tritons_spans(
 def test_an_http_request_continues_its_callers_trace(
     repository: Path, receiver: OtlpReceiver
 ) -> None:
-    settings = Settings(model_repository=repository, trace_config=trace_config(receiver))
+    settings = Settings(model_repository=[repository], trace_config=trace_config(receiver))
     header, trace_id, span_id = traceparent()
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
         response = client.post(
@@ -98,7 +98,7 @@ def test_an_http_request_continues_its_callers_trace(
 
 
 def test_openai_and_failing_requests_are_traced(repository: Path, receiver: OtlpReceiver) -> None:
-    settings = Settings(model_repository=repository, trace_config=trace_config(receiver))
+    settings = Settings(model_repository=[repository], trace_config=trace_config(receiver))
     header, trace_id, span_id = traceparent()
     failing, failing_trace, _ = traceparent()
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
@@ -146,7 +146,7 @@ def test_requests_without_a_trace_context_are_sampled_by_rate_and_count(
     repository: Path, receiver: OtlpReceiver
 ) -> None:
     settings = Settings(
-        model_repository=repository, trace_config=trace_config(receiver, "rate=2", "count=1")
+        model_repository=[repository], trace_config=trace_config(receiver, "rate=2", "count=1")
     )
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
         for _ in range(6):
@@ -163,7 +163,7 @@ def test_level_off_traces_nothing_even_with_a_trace_context(
     header, trace_id, _ = traceparent()
     with TestClient(
         create_app(
-            Settings(model_repository=repository, trace_config=config),
+            Settings(model_repository=[repository], trace_config=config),
             engine_factory=lambda spec: FakeEngine(),
         )
     ) as client:
@@ -193,7 +193,7 @@ def test_a_collector_that_is_down_fails_no_request(repository: Path) -> None:
     ]
     with TestClient(
         create_app(
-            Settings(model_repository=repository, trace_config=config),
+            Settings(model_repository=[repository], trace_config=config),
             engine_factory=lambda spec: FakeEngine(),
         )
     ) as client:
@@ -204,6 +204,21 @@ def test_a_collector_that_is_down_fails_no_request(repository: Path) -> None:
                 ).status_code
                 == 200
             )
+
+
+def parent_id(span: ReadableSpan) -> int:
+    assert span.parent is not None, span.name
+    return span.parent.span_id
+
+
+def start_of(span: ReadableSpan) -> int:
+    assert span.start_time is not None, span.name
+    return span.start_time
+
+
+def end_of(span: ReadableSpan) -> int:
+    assert span.end_time is not None, span.name
+    return span.end_time
 
 
 def test_the_engines_timeline_becomes_tritons_marks_and_vllms_phases() -> None:
@@ -229,10 +244,10 @@ def test_the_engines_timeline_becomes_tritons_marks_and_vllms_phases() -> None:
         "vllm.decode",
     }
     assert all(format(span.context.trace_id, "032x") == trace_id for span in spans.values())
-    assert format(spans["InferRequest"].parent.span_id, "016x") == span_id
-    assert spans["vllm.queue"].parent.span_id == spans["m"].context.span_id
-    assert spans["vllm.prefill"].parent.span_id == spans["compute"].context.span_id
-    offset = spans["InferRequest"].start_time - 1_000 * MS
+    assert format(parent_id(spans["InferRequest"]), "016x") == span_id
+    assert parent_id(spans["vllm.queue"]) == spans["m"].context.span_id
+    assert parent_id(spans["vllm.prefill"]) == spans["compute"].context.span_id
+    offset = start_of(spans["InferRequest"]) - 1_000 * MS
     events = {event.name: event.timestamp - offset for event in spans["compute"].events}
     assert events == {
         "COMPUTE_START": 1_010 * MS,
@@ -241,11 +256,12 @@ def test_the_engines_timeline_becomes_tritons_marks_and_vllms_phases() -> None:
         "COMPUTE_END": 1_060 * MS,
     }
     assert spans["m"].events[1].timestamp - offset == 1_002 * MS  # QUEUE_START: the engine took it
-    assert (spans["vllm.decode"].start_time - offset, spans["vllm.decode"].end_time - offset) == (
+    assert (start_of(spans["vllm.decode"]) - offset, end_of(spans["vllm.decode"]) - offset) == (
         1_020 * MS,
         1_050 * MS,
     )
     attributes = spans["m"].attributes
+    assert attributes is not None
     assert (attributes["triton.model_version"], attributes["triton.request_id"]) == (2, "req-7")
     assert attributes["gen_ai.latency.time_in_queue"] == pytest.approx(0.007)
     assert attributes["gen_ai.latency.time_in_model_decode"] == pytest.approx(0.030)

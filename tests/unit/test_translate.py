@@ -8,6 +8,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from vllm.sampling_params import RequestOutputKind
@@ -44,7 +45,7 @@ class Plan:
     logprobs_requested: bool
 
 
-def plan(body: dict, stream: bool = False, model: ServedModel | None = None) -> Plan:
+def plan(body: dict[str, Any], stream: bool = False, model: ServedModel | None = None) -> Plan:
     """Read `body` as the backend does, run it through the core to the engine double, and
     show what the engine received."""
     model = model or served()
@@ -60,7 +61,9 @@ def plan(body: dict, stream: bool = False, model: ServedModel | None = None) -> 
             await outputs.aclose()
 
     asyncio.run(start())
-    engine_request = model.engine.requests[-1]
+    engine = model.engine
+    assert isinstance(engine, FakeEngine)
+    engine_request = engine.requests[-1]
     return Plan(engine_request, triton.stream, triton.prepend_input, triton.logprobs_requested)
 
 
@@ -150,7 +153,7 @@ def test_server_only_sampling_fields_cannot_be_set() -> None:
     ],
 )
 def test_parameters_our_schema_does_not_declare_get_vllms_types(
-    parameters: dict, message: str
+    parameters: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(InvalidRequestError, match=message):
         plan({"text_input": "x", "parameters": parameters})
@@ -212,6 +215,7 @@ def test_structured_outputs_from_object_or_json_string(key: str) -> None:
         sampling = plan(
             {"text_input": "x", "parameters": {key: value}}
         ).engine_request.sampling_params
+        assert sampling.structured_outputs is not None
         assert sampling.structured_outputs.choice == ["yes", "no"]
 
 

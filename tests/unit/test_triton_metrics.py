@@ -254,7 +254,7 @@ def test_counter_latencies_can_be_turned_off(make_client: Callable[..., TestClie
 
 def test_pending_counts_the_admitted_requests_until_they_end(repository: Path) -> None:
     app = create_app(
-        Settings(model_repository=repository),
+        Settings(model_repository=[repository]),
         engine_factory=lambda spec: FakeEngine(step_delay=0.1),
     )
     with serve_in_thread(app) as url:
@@ -281,7 +281,7 @@ def test_pending_counts_the_admitted_requests_until_they_end(repository: Path) -
 def test_the_metrics_port_serves_the_same_metrics(repository: Path) -> None:
     port = free_port()
     app = create_app(
-        Settings(model_repository=repository, metrics_port=port, metrics_address="127.0.0.1"),
+        Settings(model_repository=[repository], metrics_port=port, metrics_address="127.0.0.1"),
         engine_factory=lambda spec: FakeEngine(),
     )
     with TestClient(app) as client:
@@ -298,7 +298,7 @@ def test_the_metrics_port_serves_the_same_metrics(repository: Path) -> None:
 
 def test_allow_metrics_false_serves_no_metrics(repository: Path) -> None:
     port = free_port()
-    settings = Settings(model_repository=repository, metrics_port=port, allow_metrics=False)
+    settings = Settings(model_repository=[repository], metrics_port=port, allow_metrics=False)
     with TestClient(create_app(settings, engine_factory=lambda spec: FakeEngine())) as client:
         assert client.get("/metrics").status_code == 404
         with pytest.raises(httpx.TransportError):

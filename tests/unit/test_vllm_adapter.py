@@ -43,16 +43,16 @@ def test_engine_limits_are_those_vllm_serve_chooses_unless_model_json_sets_them(
     assert (pinned.max_num_seqs, pinned.max_num_batched_tokens) == (7, 4096)
 
 
-def test_unfinished_requests_are_counted_on_an_asyncllm_without_get_num_unfinished_requests() -> (
-    None
-):
+def test_unfinished_requests_are_counted_on_an_asyncllm_without_get_num_unfinished_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """vLLM 0.25's AsyncLLM (the GPU runs' CUDA build) has no `get_num_unfinished_requests`:
     asking it made every /metrics scrape fail there."""
     engine = VllmEngine(default_spec())
     processor = SimpleNamespace(get_num_unfinished_requests=lambda: 3)
-    engine._llm = SimpleNamespace(errored=False, output_processor=processor)  # type: ignore[assignment]
+    monkeypatch.setattr(engine, "_llm", SimpleNamespace(errored=False, output_processor=processor))
     assert engine.num_unfinished_requests == 3
-    engine._llm = SimpleNamespace(errored=True, output_processor=processor)  # type: ignore[assignment]
+    monkeypatch.setattr(engine, "_llm", SimpleNamespace(errored=True, output_processor=processor))
     assert engine.num_unfinished_requests == 0
 
 
