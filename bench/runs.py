@@ -24,6 +24,7 @@ from bench import report, workload_report
 from bench.burst import BurstReport
 from bench.gpu import table
 from bench.micro import MicroStats
+from bench.routing import RoutingConfig, RoutingRun, routing_lines
 from bench.soak import soak_table
 from bench.stats import LevelStats, protocol_ratios, ratios
 
@@ -122,7 +123,8 @@ def workloads_section(run: RecordedRun) -> str:
 
 
 def reliability_section(run: RecordedRun) -> str:
-    """The burst (completed, refused at the door, TTFT) and the soak's windows."""
+    """The burst (completed, refused at the door, TTFT), the soak's windows and the routing
+    runs (prefix-aware against least-loaded)."""
     found = json.loads(run.cpu_results.read_text())["reliability"]
     parts = [heading(run)]
     if "burst" in found:
@@ -130,6 +132,11 @@ def reliability_section(run: RecordedRun) -> str:
     if "soak" in found:
         soak = found["soak"]
         parts.append("\n".join(soak_table(soak["rate"], soak["windows"])))
+    if "routing" in found:
+        routing = found["routing"]
+        runs = [RoutingRun(**figures) for figures in routing["runs"]]
+        header, *rows = routing_lines(runs, RoutingConfig(**routing["config"]))
+        parts.append("\n".join([header, "", *(f"- {row.strip()}" for row in rows)]))
     return "\n\n".join(parts) + "\n"
 
 

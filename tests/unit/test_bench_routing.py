@@ -5,15 +5,18 @@ KV cache), its shared-prefix traffic, its report from made-up counters, and a sm
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from app.paths import PROJECT_ROOT
 from app.repository.instances import HostDevices, InstanceKind
 from app.repository.layout import load_model
+from bench import runs
 from bench.__main__ import main
 from bench.routing import (
     PREFIXES,
     RoutingConfig,
+    RoutingRun,
     routing_lines,
     routing_repository,
     shared_prefix_prompts,
@@ -83,3 +86,18 @@ def test_the_routing_target_runs_both_routings(tmp_path: Path) -> None:
     for run in runs:
         assert run["requests"] == 16 and run["errors"] == 0 and run["ttft_p50_ms"] > 0
         assert run["hit_rate"] is None  # the double has no prefix cache
+
+
+def test_a_recorded_routing_run_is_listed_on_the_results_page(tmp_path: Path) -> None:
+    folder = tmp_path / "2026-01-01-cpu-routing"
+    folder.mkdir()
+    meta = {"date": "2026-01-01", "sequence": 1, "kind": "cpu-reliability", "about": "Why."}
+    meta |= {key: key for key in ("title", "machine", "software", "commit", "command")}
+    (folder / "run.json").write_text(json.dumps(meta))
+    least = RoutingRun("least_loaded", 64, 0, 800.0, 2000.0, 0.2, {"0": 32, "1": 32}, 60.0)
+    prefix = RoutingRun("prefix", 64, 0, 400.0, 1500.0, 0.8, {"0": 30, "1": 34}, 50.0)
+    figures = {"config": asdict(RoutingConfig()), "runs": [asdict(least), asdict(prefix)]}
+    (folder / "results.json").write_text(json.dumps({"reliability": {"routing": figures}}))
+    page = runs.page(tmp_path)
+    assert "- least_loaded TTFT p50 800 ms, p99 2,000 ms; prefix-cache hits 20%;" in page
+    assert "- prefix-aware / least-loaded: TTFT p50 0.50×, p99 0.75×" in page
