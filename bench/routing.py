@@ -50,7 +50,8 @@ class RoutingConfig:
     requests: int = 64
     """In all, each prefix asked as often."""
     concurrency: int = 4
-    prefix_words: int = 500
+    prefix_words: int = 1000
+    """About 1,000 tokens, 8 KV blocks: the 8 prefixes need 64, more than one engine's 48."""
     max_tokens: int = 4
     kv_blocks: int | None = 48
     """`num_gpu_blocks_override` of each engine (None: the KV cache as configured)."""
@@ -133,13 +134,14 @@ def double_server(model: str, repository: Path, root: Path, log_dir: Path) -> Se
 
 
 async def ask(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> float:
-    """One stream over Triton SSE (no chat template: the engine sees the prompt as it is);
-    its time to first token."""
+    """One stream over Triton SSE (no chat template: the engine sees the prompt as it is), read
+    to its end so that the engine finishes (and counts) it; its time to first token."""
     body = {
         "text_input": prompt,
         "parameters": {"max_tokens": max_tokens, "ignore_eos": True, "apply_chat_template": False},
     }
     start = time.perf_counter()
+    first: float | None = None
     async with client.stream("POST", f"/v2/models/{model}/generate_stream", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"status {response.status_code}")
@@ -148,8 +150,10 @@ async def ask(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: in
                 event = json.loads(line.removeprefix("data: "))
                 if "error" in event:
                     raise RuntimeError(event["error"])
-                return time.perf_counter() - start
-    raise RuntimeError("the stream ended without an event")
+                first = first or time.perf_counter() - start
+    if first is None:
+        raise RuntimeError("the stream ended without an event")
+    return first
 
 
 def engine_series(text: str, model: str) -> dict[str, dict[str, float]]:
