@@ -78,7 +78,7 @@ def page(root: Path = RUNS) -> str:
         parts.append(WORKLOADS_INTRO)
         parts += [workloads_section(run) for run in workloads]
     if reliability:
-        parts.append("## Bursts and soaks: make bench's reliability targets\n")
+        parts.append("## Bursts, soaks and routing: make bench's reliability targets\n")
         parts += [reliability_section(run) for run in reliability]
     if cpu:
         parts.append("## make bench on a CPU\n")
