@@ -5,10 +5,6 @@ parameters, typed and raw contents, reserved parameters."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import service_pb2
@@ -21,25 +17,12 @@ from tests.support.triton_grpc import (
     by_id,
     bytes_input,
     is_final,
-    serve_grpc_app,
     stream_results,
     text_of,
     vllm_request,
 )
 
 STRING_PARAMETERS = {"temperature": "0", "top_p": "1", "max_tokens": "4"}
-
-
-@pytest.fixture
-def served(repository: Path, engine: FakeEngine) -> Iterator[GrpcApp]:
-    with serve_grpc_app(repository, lambda spec: engine) as app:
-        yield app
-
-
-@pytest.fixture
-def client(served: GrpcApp) -> Iterator[triton_grpc.InferenceServerClient]:
-    with triton_grpc.InferenceServerClient(served.grpc_url) as grpc_client:
-        yield grpc_client
 
 
 def test_requests_multiplexed_on_one_stream_echo_their_ids(

@@ -5,35 +5,17 @@ outputs a request asks for, n completions, the empty final response."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.doubles import FakeEngine
 from tests.support.triton_grpc import (
-    GrpcApp,
     by_id,
     is_final,
-    serve_grpc_app,
     stream_results,
     text_of,
     vllm_request,
 )
-
-
-@pytest.fixture
-def served(repository: Path, engine: FakeEngine) -> Iterator[GrpcApp]:
-    with serve_grpc_app(repository, lambda spec: engine) as app:
-        yield app
-
-
-@pytest.fixture
-def client(served: GrpcApp) -> Iterator[triton_grpc.InferenceServerClient]:
-    with triton_grpc.InferenceServerClient(served.grpc_url) as grpc_client:
-        yield grpc_client
 
 
 def test_additional_outputs_have_the_backend_types_and_shapes(

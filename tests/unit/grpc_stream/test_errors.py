@@ -3,36 +3,19 @@ or bad tensor gets Triton's error for that request alone, and the stream goes on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.grpc import service_pb2
 
-from tests.doubles import FakeEngine
 from tests.support.triton_grpc import (
     GrpcApp,
     by_id,
-    serve_grpc_app,
     stream_results,
     text_of,
     vllm_request,
 )
-
-
-@pytest.fixture
-def served(repository: Path, engine: FakeEngine) -> Iterator[GrpcApp]:
-    with serve_grpc_app(repository, lambda spec: engine) as app:
-        yield app
-
-
-@pytest.fixture
-def client(served: GrpcApp) -> Iterator[triton_grpc.InferenceServerClient]:
-    with triton_grpc.InferenceServerClient(served.grpc_url) as grpc_client:
-        yield grpc_client
-
 
 BAD_REQUESTS = [
     (
