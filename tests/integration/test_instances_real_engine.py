@@ -25,7 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.routing import PIN_HEADER
 from app.paths import PROJECT_ROOT
-from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
+from tests.support.servers import (
+    EXPLICIT_CONTROL_ENV,
+    RunningServer,
+    start_server,
+    stopping_cleanly,
+)
 from tests.support.waiting import wait_for
 
 MODEL = "smollm2"
@@ -73,11 +78,8 @@ def instances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServe
         **EXPLICIT_CONTROL_ENV,
     }
     server = start_server("--model-repository", str(root), name="instances", env=env)
-    yield server
-    code, alive = server.stop(signal.SIGTERM)
-    for process in alive:
-        process.kill()
-    assert code == 0 and not alive, server.log_tail()
+    with stopping_cleanly(server):
+        yield server
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,12 @@ import psutil
 import pytest
 
 from app.paths import PROJECT_ROOT
-from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
+from tests.support.servers import (
+    EXPLICIT_CONTROL_ENV,
+    RunningServer,
+    start_server,
+    stopping_cleanly,
+)
 from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
@@ -50,11 +54,8 @@ def healing(repository: Path) -> Iterator[RunningServer]:
         **EXPLICIT_CONTROL_ENV,
     }
     server = start_server("--model-repository", str(repository), name="healing", env=env)
-    yield server
-    code, alive = server.stop(signal.SIGTERM)
-    for process in alive:
-        process.kill()
-    assert code == 0 and not alive, server.log_tail()
+    with stopping_cleanly(server):
+        yield server
 
 
 @pytest.fixture

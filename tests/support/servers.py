@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,16 @@ def start_server(
         time.sleep(0.5)
     kill_tree(process)
     raise RuntimeError(f"server not ready after {START_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+@contextlib.contextmanager
+def stopping_cleanly(server: RunningServer) -> Iterator[RunningServer]:
+    """Yield `server`; then SIGTERM it and check it exited 0 leaving no process behind."""
+    yield server
+    code, alive = server.stop(signal.SIGTERM)
+    for process in alive:
+        process.kill()
+    assert code == 0 and not alive, server.log_tail()
 
 
 def kill_tree(popen: subprocess.Popen[bytes]) -> None:
