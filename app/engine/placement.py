@@ -1,8 +1,9 @@
 """Where an instance's engine runs: the process environment vLLM's engine core and workers
 read when they start (`CUDA_VISIBLE_DEVICES` for a KIND_GPU instance, as the backend sets it;
-`VLLM_CPU_OMP_THREADS_BIND` for one of several KIND_CPU instances). It is set only while an
-engine's processes start, and engines start one at a time, so that no two instances ever
-race on `os.environ`."""
+`VLLM_CPU_OMP_THREADS_BIND` for one of several KIND_CPU instances), and, as `vllm serve`
+sets it, `spawn` as the way they start unless the server's environment says otherwise. It
+is set only while an engine's processes start, and engines start one at a time, so that no
+two instances ever race on `os.environ`."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from app.repository.instances import ModelInstance
 
 SPAWN_LOCK = threading.Lock()
 """Held while an engine's processes start (in any thread of this process)."""
+START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
+"""vLLM's choice between forking its engine core and workers and spawning them: forked from a
+thread of a process that serves requests, a core starts with that process's state."""
 
 
 def instance_environment(instance: ModelInstance) -> dict[str, str]:
     """The variables an instance's engine processes start with, on top of the server's."""
-    environment = {}
+    environment = {START_METHOD: os.environ.get(START_METHOD, "spawn")}
     if instance.gpu is not None:
         environment["CUDA_VISIBLE_DEVICES"] = instance.gpu
     if instance.cpus:

@@ -28,6 +28,7 @@ from tests.support.repository import write_model
 
 TWO_GPUS = HostDevices(gpus=["0", "1"], cpus=[0, 1, 2, 3])
 NO_GPU = HostDevices(gpus=[], cpus=[0, 1, 2, 3])
+SPAWNED = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
 
 
 def instances(
@@ -51,8 +52,8 @@ def test_kind_gpu_is_one_engine_per_listed_gpu_count_per_gpu(tmp_path: Path) -> 
     assert [(i.index, i.gpu) for i in found] == [(0, "1"), (1, "1"), (2, "0"), (3, "0")]
     assert [i.name for i in found] == ["m_0", "m_1", "m_2", "m_3"]
     assert [instance_environment(i) for i in found[1:3]] == [
-        {"CUDA_VISIBLE_DEVICES": "1"},
-        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"CUDA_VISIBLE_DEVICES": "1", **SPAWNED},
+        {"CUDA_VISIBLE_DEVICES": "0", **SPAWNED},
     ]
 
 
@@ -92,15 +93,29 @@ def test_cores_are_split_evenly_and_reused_round_robin_when_too_few() -> None:
 def test_one_cpu_instance_keeps_vllms_own_thread_binding(tmp_path: Path) -> None:
     (only,) = instances(tmp_path, "instance_group [{ kind: KIND_CPU }]")
     assert only.kind is InstanceKind.CPU and only.cpus == ()
-    assert instance_environment(only) == {}
+    assert instance_environment(only) == SPAWNED
 
 
 def test_cpu_instances_bind_their_engines_threads(tmp_path: Path) -> None:
     found = instances(tmp_path, "instance_group [{ kind: KIND_CPU count: 2 }]")
     assert [instance_environment(i) for i in found] == [
-        {"VLLM_CPU_OMP_THREADS_BIND": "0,1"},
-        {"VLLM_CPU_OMP_THREADS_BIND": "2,3"},
+        {"VLLM_CPU_OMP_THREADS_BIND": "0,1", **SPAWNED},
+        {"VLLM_CPU_OMP_THREADS_BIND": "2,3", **SPAWNED},
     ]
+
+
+def test_engine_processes_are_spawned_unless_the_environment_says_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `vllm serve` starts them: a core forked from a serving process starts with its state."""
+    (only,) = instances(tmp_path, 'backend: "vllm"')
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    with placed(only):
+        assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    with placed(only):
+        assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
 
 
 def test_kind_auto_is_gpu_where_there_are_gpus_else_cpu(tmp_path: Path) -> None:
