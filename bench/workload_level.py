@@ -150,7 +150,8 @@ def py_spy() -> str:
 
 
 def record_all(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
-    """py-spy records (raw collapsed stacks) of each of the server's processes."""
+    """py-spy records (raw collapsed stacks) of each of the server's processes, and what py-spy
+    said of each (`PID.log`)."""
     out.mkdir(parents=True, exist_ok=True)
     time.sleep(1.0)  # past the clients' first requests
     return [
@@ -160,7 +161,7 @@ def record_all(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
                 *("--rate", "200", "--nonblocking", "--format", "raw"),
                 *("--output", str(out / f"{pid}.txt")),
             ],
-            stdout=subprocess.DEVNULL,
+            stdout=(out / f"{pid}.log").open("w"),
             stderr=subprocess.STDOUT,
         )
         for pid in pids
