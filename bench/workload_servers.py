@@ -61,7 +61,7 @@ def ours(
     spec: ServerSpec, log_dir: Path, name: str = "ours", tree: Path = PROJECT_ROOT
 ) -> Endpoint:
     """`python -m app` of `tree` with N frontend processes, on free local ports."""
-    port, grpc_port = free_ports(2)
+    port, grpc_port, metrics_port = free_ports(3)
     repo = repository(log_dir / f"repository-{name}", spec)
     argv = [
         sys.executable,
@@ -77,6 +77,8 @@ def ours(
         str(port),
         "--grpc-port",
         str(grpc_port),
+        "--metrics-port",
+        str(metrics_port),
     ]
     env = server_env(
         HF_HUB_OFFLINE="1",
