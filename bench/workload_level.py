@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import PROJECT_ROOT
-from bench import workload_report
+from bench import engine_stats, workload_report
 from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree
 from bench.workload_servers import Endpoint
 from bench.workloads import Scale, workload
@@ -69,17 +69,20 @@ def run_level(
     clients = start_clients(args, shape, name, target, endpoint, folder)
     wait_for_clients(folder, clients)
     pids = process_tree(endpoint.server.pid)
+    engine_before = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
     before, machine_before = cpu_seconds(pids), machine_cpu()
     (folder / "go").touch()
     profilers = record_all(pids, profile) if profile is not None else []
     codes = [c.wait() for c in clients]
     after = cpu_seconds(process_tree(endpoint.server.pid))
+    engine_after = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
     for profiler in profilers:
         profiler.wait()
     if any(codes):
         tail = (folder / f"{codes.index(next(c for c in codes if c))}.log").read_text()[-1500:]
         return {"failed_level": f"client exit codes {codes}", "log_tail": tail}
-    return merged_level(args, folder, before, after, machine_before)
+    level = merged_level(args, folder, before, after, machine_before)
+    return {**level, "engine": engine_stats.level_stats(engine_before, engine_after)}
 
 
 def start_clients(

@@ -42,15 +42,19 @@ class Endpoint:
     server: ServerProcess
     http: str
     grpc: str | None = None
+    metrics: str = ""
+    """The URL of its Prometheus metrics (the `vllm:` series)."""
 
 
 def repository(root: Path, spec: ServerSpec) -> Path:
     """A model repository with one model: `spec`'s engine arguments in model.json (no chat
-    template for raw prompts, as vLLM's server has none for completions)."""
+    template for raw prompts, as vLLM's server has none for completions), reporting the
+    `vllm:` metrics as `vllm serve` always does."""
     version = root / spec.name / "1"
     version.mkdir(parents=True, exist_ok=True)
     (root / spec.name / "config.pbtxt").write_text(
         'backend: "vllm"\ninstance_group [ { count: 1 kind: KIND_MODEL } ]\n'
+        'parameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }\n'
     )
     model = {"model": str(spec.model_dir), "served_model_name": spec.name, **spec.engine_args}
     (version / "model.json").write_text(json.dumps(model, indent=2))
@@ -95,7 +99,12 @@ def ours(
         env,
         tree,
     )
-    return Endpoint(server, server.base_url, f"127.0.0.1:{grpc_port}")
+    return Endpoint(
+        server,
+        server.base_url,
+        f"127.0.0.1:{grpc_port}",
+        f"http://127.0.0.1:{metrics_port}/metrics",
+    )
 
 
 def vllm(spec: ServerSpec, log_dir: Path) -> Endpoint:
@@ -126,4 +135,4 @@ def vllm(spec: ServerSpec, log_dir: Path) -> Endpoint:
     server = ServerProcess(
         "vllm", argv, f"http://127.0.0.1:{port}", "/health", log_dir / "vllm.log", env, PROJECT_ROOT
     )
-    return Endpoint(server, server.base_url)
+    return Endpoint(server, server.base_url, metrics=f"{server.base_url}/metrics")
