@@ -154,23 +154,47 @@ def test_the_image_healthcheck_turns_healthy(readme_container: Started) -> None:
     assert health_status(container.inspect()) == "healthy"
 
 
+STREAM_SECONDS = 6.0
+"""How long the stream that the drain must let finish should run: long enough that the
+refused request lands while it runs, well inside the image's 30 s drain timeout."""
+
+
+def tokens_for(started: Started, seconds: float) -> int:
+    """How many tokens this container decodes for one request in about `seconds` (measured
+    with a 32-token request: hosts differ ~20x in speed), within [64, 1024]."""
+    body = {"text_input": "Count to fifty", "parameters": {"max_tokens": 32, "ignore_eos": True}}
+    begun = time.monotonic()
+    answer = httpx.post(started.http + "/v2/models/smollm2/generate", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    per_token = (time.monotonic() - begun) / 32
+    return max(64, min(1024, round(seconds / per_token)))
+
+
 def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     readme_container: Started,
 ) -> None:
     container = readme_container.container
     env = dict(item.split("=", 1) for item in container.inspect()["Config"]["Env"])
     drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
-    body = {"text_input": "Count to fifty", "parameters": {"max_tokens": 64, "ignore_eos": True}}
+    max_tokens = tokens_for(readme_container, STREAM_SECONDS)
+    body = {
+        "text_input": "Count to fifty",
+        "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
+    }
     events: list[dict[str, Any]] = []
     first = threading.Event()
+    ended = threading.Event()
 
     def stream() -> None:
         path = readme_container.http + "/v2/models/smollm2/generate_stream"
-        with httpx.stream("POST", path, json=body, timeout=120) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line.removeprefix("data: ")))
-                    first.set()
+        try:
+            with httpx.stream("POST", path, json=body, timeout=120) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line.removeprefix("data: ")))
+                        first.set()
+        finally:
+            ended.set()
 
     reader = threading.Thread(target=stream)
     reader.start()
@@ -178,18 +202,22 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     signalled = time.monotonic()
     run(TOOL, "kill", "--signal", "TERM", container.name)
     ready = readme_container.http + "/v2/health/ready"
-    while httpx.get(ready, timeout=10).status_code == 200 and time.monotonic() - signalled < 10:
+    readiness = httpx.get(ready, timeout=10).status_code
+    while readiness == 200 and time.monotonic() - signalled < 10:
         time.sleep(0.1)
+        readiness = httpx.get(ready, timeout=10).status_code
     generate = readme_container.http + "/v2/models/smollm2/generate"
     refused = httpx.post(generate, json=body, timeout=30)
+    refused_while_streaming = not ended.is_set()
     reader.join(120)
     exit_code = int(run(TOOL, "wait", container.name, timeout=drain_timeout + 60).stdout.strip())
     stopped_after = time.monotonic() - signalled
     report(
-        f"SIGTERM: the running stream finished with {len(events)} events, a new request got "
-        f"{refused.status_code}, exit code {exit_code} after {stopped_after:.1f} s "
-        f"(drain timeout {drain_timeout:g} s)"
+        f"SIGTERM: the running stream ({max_tokens} tokens) finished with {len(events)} events; "
+        f"meanwhile readiness answered {readiness} and a new request {refused.status_code}; "
+        f"exit code {exit_code} after {stopped_after:.1f} s (drain timeout {drain_timeout:g} s)"
     )
-    assert len(events) == 64 and "error" not in events[-1]
-    assert refused.status_code == 503
+    assert refused_while_streaming, "the stream ended before the refused request was answered"
+    assert readiness == 503 and refused.status_code == 503
+    assert len(events) == max_tokens and "error" not in events[-1]
     assert exit_code == 0 and stopped_after < drain_timeout
