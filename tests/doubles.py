@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import zlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -91,6 +93,21 @@ class FakeEngine:
         """Set by supervision (the double's requests do not resume: they end with the error)."""
         if openai:
             self.openai_serving = FakeOpenAIServing(self)
+
+    @contextmanager
+    def held(self, at_most: float = 60.0) -> Iterator[None]:
+        """Steps wait (`hung`) until the block ends, or `at_most` seconds pass: the requests
+        started in it stay in flight whatever the host's speed, and a request that wrongly
+        waits for them ends the test rather than hanging it (`hung` then reads False)."""
+        self.hung = True
+        release = threading.Timer(at_most, setattr, (self, "hung", False))
+        release.daemon = True
+        release.start()
+        try:
+            yield
+        finally:
+            release.cancel()
+            self.hung = False
 
     async def start(self) -> None:
         await asyncio.sleep(self._start_delay)

@@ -27,9 +27,12 @@ from app.core.routing import PIN_HEADER
 from app.paths import PROJECT_ROOT
 from tests.support.servers import (
     EXPLICIT_CONTROL_ENV,
+    MEASURING_REQUESTS,
     RunningServer,
+    seconds_per_token,
     start_server,
     stopping_cleanly,
+    tokens_for,
 )
 from tests.support.waiting import wait_for
 
@@ -126,7 +129,8 @@ def raw(prompt: str, max_tokens: int = 1, **parameters: Any) -> dict[str, Any]:
 
 
 class Stream(threading.Thread):
-    """One SSE stream (pinned to an instance, if given); keeps its events."""
+    """One SSE stream (pinned to an instance, if given); keeps its events, and sets
+    `first_event` on the first."""
 
     def __init__(self, base_url: str, body: dict[str, Any], pin: int | None = None) -> None:
         super().__init__(daemon=True)
@@ -134,6 +138,7 @@ class Stream(threading.Thread):
         self.headers = {PIN_HEADER: str(pin)} if pin is not None else {}
         self.status = 0
         self.events: list[dict[str, Any]] = []
+        self.first_event = threading.Event()
 
     def run(self) -> None:
         with (
@@ -144,6 +149,7 @@ class Stream(threading.Thread):
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     self.events.append(json.loads(line.removeprefix("data: ")))
+                    self.first_event.set()
 
 
 def test_two_engine_cores_each_on_its_core_give_the_one_engine_servers_text(
@@ -197,21 +203,37 @@ def test_prefix_routing_keeps_each_prefix_on_the_instance_that_caches_it(
     assert set(holders) == {"0", "1"}, holders
 
 
+SPREAD_SECONDS = 10.0
+"""How long each of the eight unrelated streams lasts, alone: the first is still running when
+the last starts."""
+
+
 def test_least_loaded_spreads_unrelated_requests_evenly(
     instances: RunningServer, http: httpx.Client
 ) -> None:
-    before = engine_counters(http, "vllm:e2e_request_latency_seconds_count")
+    """Eight streams, each started once the one before has its first event and each lasting
+    (sized to the host's speed) until all have started: least-loaded routing sees the load of
+    every one before it."""
+    counted = lambda: engine_counters(http, "vllm:e2e_request_latency_seconds_count")  # noqa: E731
+    unmeasured = counted()
+    max_tokens = tokens_for(seconds_per_token(instances.base_url), SPREAD_SECONDS, low=128)
+    # the measuring requests are counted first (a count may lag its answer)
+    measured = lambda: sum(counted().values()) - sum(unmeasured.values())  # noqa: E731
+    assert wait_for(lambda: measured() == MEASURING_REQUESTS, 30)
+    before = counted()
     streams = [
-        Stream(instances.base_url, raw(f"Count to {n}.", 16, ignore_eos=True)) for n in range(8)
+        Stream(instances.base_url, raw(f"Count to {n}.", max_tokens, ignore_eos=True))
+        for n in range(8)
     ]
     for stream in streams:
         stream.start()
+        assert stream.first_event.wait(120), f"no first event: status {stream.status}"
+    assert all(stream.is_alive() for stream in streams), "a stream ended before the last began"
     for stream in streams:
-        stream.join(120)
+        stream.join(300)
     assert [s.status for s in streams] == [200] * 8
     assert not any("error" in event for s in streams for event in s.events)
-    counted = lambda: engine_counters(http, "vllm:e2e_request_latency_seconds_count")  # noqa: E731
-    assert wait_for(lambda: sum(counted().values()) - sum(before.values()) == 8)
+    assert wait_for(lambda: sum(counted().values()) - sum(before.values()) == 8, 30)
     after = counted()
     spread = [after[i] - before.get(i, 0) for i in ("0", "1")]
     assert min(spread) >= 3, spread

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,13 @@ import psutil
 import pytest
 
 from tests.integration.test_metrics_and_health import scrape
-from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
+from tests.support.servers import (
+    EXPLICIT_CONTROL_ENV,
+    RunningServer,
+    seconds_per_token,
+    start_server,
+    tokens_for,
+)
 from tests.support.waiting import wait_for
 
 GENERATE = "/v2/models/smollm2/generate"
@@ -25,6 +32,14 @@ GREEDY: dict[str, Any] = {
     "text_input": "What is Triton Inference Server?",
     "parameters": {"temperature": 0, "max_tokens": 16},
 }
+FULL_LENGTH: dict[str, Any] = {
+    "text_input": GREEDY["text_input"],
+    "return_finish_reason": True,
+    "return_num_output_tokens": True,
+    "parameters": {**GREEDY["parameters"], "ignore_eos": True},
+}
+"""GREEDY to its full length, for requests sent together: batched decoding on the CPU is not
+batch-invariant, so their text may differ from a lone request's; their length may not."""
 PROCESS_HEADER = "x-frontend-process"
 
 
@@ -67,6 +82,28 @@ def post(base_url: str, path: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(base_url + path, json=body, timeout=120)
 
 
+def one_at_a_time(base_url: str, attempts: int = 40) -> dict[str, list[httpx.Response]]:
+    """GREEDY sent alone, one request after another, each on a new connection (the kernel
+    spreads those over the processes), until both processes have answered: the responses by
+    the process that answered."""
+    answered: dict[str, list[httpx.Response]] = {}
+    for _ in range(attempts):
+        response = post(base_url, GENERATE, GREEDY)
+        answered.setdefault(response.headers.get(PROCESS_HEADER, ""), []).append(response)
+        if {"0", "1"} <= set(answered):
+            break
+    return answered
+
+
+def check_full_length(responses: list[httpx.Response]) -> None:
+    """Each of FULL_LENGTH's responses: 200, every token, finished by the length limit."""
+    assert {r.status_code for r in responses} == {200}, [r.text for r in responses]
+    tokens = FULL_LENGTH["parameters"]["max_tokens"]
+    assert {(r.json()["num_output_tokens"], r.json()["finish_reason"]) for r in responses} == {
+        (tokens, "length")
+    }
+
+
 def test_two_frontend_processes_share_one_engine_core(group: RunningServer) -> None:
     children = psutil.Process(group.process.pid).children()
     frontends = frontend_processes(group)
@@ -79,13 +116,20 @@ def test_two_frontend_processes_share_one_engine_core(group: RunningServer) -> N
 def test_both_processes_answer_the_single_process_text(
     group: RunningServer, http: httpx.Client
 ) -> None:
+    """Alone, each process's greedy text is the single-process server's; together, requests
+    are all answered in full (their text may differ: batched decoding on the CPU is not
+    batch-invariant)."""
     expected = http.post(GENERATE, json=GREEDY).json()["text_output"]
+    answered = one_at_a_time(group.base_url)
+    assert set(answered) == {"0", "1"}, set(answered)
+    responses = [r for each in answered.values() for r in each]
+    assert {r.status_code for r in responses} == {200}
+    assert {r.json()["text_output"] for r in responses} == {expected}
     seen: set[str] = set()
     for _ in range(10):
-        responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
-        assert {r.status_code for r in responses} == {200}
-        assert {r.json()["text_output"] for r in responses} == {expected}
-        seen |= {r.headers[PROCESS_HEADER] for r in responses}
+        together = concurrently(8, lambda: post(group.base_url, GENERATE, FULL_LENGTH))
+        check_full_length(together)
+        seen |= {r.headers[PROCESS_HEADER] for r in together}
         if seen == {"0", "1"}:
             break
     assert seen == {"0", "1"}
@@ -122,7 +166,7 @@ def test_metrics_count_the_requests_of_every_process(
     group: RunningServer, group_http: httpx.Client
 ) -> None:
     before = scrape(group_http)
-    responses = concurrently(12, lambda: post(group.base_url, GENERATE, GREEDY))
+    responses = concurrently(12, lambda: post(group.base_url, GENERATE, FULL_LENGTH))
     assert [r.status_code for r in responses] == [200] * 12
     after = scrape(group_http)
     assert (
@@ -133,7 +177,7 @@ def test_metrics_count_the_requests_of_every_process(
     generated = after["vllm:generation_tokens_total"] - before.get(
         "vllm:generation_tokens_total", 0
     )
-    assert generated == 12 * GREEDY["parameters"]["max_tokens"]
+    assert generated == 12 * FULL_LENGTH["parameters"]["max_tokens"]
     assert after["server_requests_in_flight"] == 0
 
 
@@ -188,7 +232,10 @@ def test_unload_and_load_apply_to_every_process(
     statuses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
     assert {r.status_code for r in statuses} == {404}
     assert group_http.post("/v2/repository/models/smollm2/load").status_code == 200
-    responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
+    check_full_length(concurrently(8, lambda: post(group.base_url, GENERATE, FULL_LENGTH)))
+    answered = one_at_a_time(group.base_url)
+    assert set(answered) == {"0", "1"}, set(answered)
+    responses = [r for each in answered.values() for r in each]
     assert {r.status_code for r in responses} == {200}
     assert len({r.json()["text_output"] for r in responses}) == 1
     cores = [p for p in psutil.Process(group.process.pid).children() if "EngineCore" in p.name()]
@@ -246,13 +293,19 @@ def test_a_killed_frontend_process_is_started_again(
         0.5,
     )
 
+    served: set[str] = set()
+
     def both_serve() -> bool:
-        responses = concurrently(8, lambda: post(group.base_url, GENERATE, GREEDY))
-        served = {
-            r.headers.get(PROCESS_HEADER)
-            for r in responses
-            if r.status_code == 200 and r.json()["text_output"] == expected
-        }
+        """Alone, one request after another (so that the text is comparable), until each
+        process has given the expected text once."""
+        try:
+            answered = one_at_a_time(group.base_url, 8)
+        except httpx.TransportError:  # the new process not yet serving
+            return False
+        for process, responses in answered.items():
+            texts = {r.json()["text_output"] for r in responses if r.status_code == 200}
+            if expected in texts:
+                served.add(process)
         return served == {"0", "1"}
 
     assert wait_for(both_serve, 300, 2), group.log_tail()
@@ -260,46 +313,52 @@ def test_a_killed_frontend_process_is_started_again(
     assert len(cores) == 1
 
 
+STREAM_SECONDS = 3.0
+"""How long each stream that the drain lets finish lasts, alone: long enough that all six
+have started before the signal, short enough that six together end well within the group's
+20 s drain."""
+
+
 def test_sigterm_drains_every_process(group: RunningServer) -> None:
+    """Six streams, each on a connection of its own, sized to the host's speed and running
+    (its first event came) when SIGTERM comes: each ends whole, and every process exits."""
+    max_tokens = tokens_for(seconds_per_token(group.base_url), STREAM_SECONDS)
     body = {
         "text_input": "Count to fifty.",
         "return_finish_reason": True,
-        "parameters": {"max_tokens": 48, "ignore_eos": True},
+        "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
     }
-    events: list[list[dict[str, Any]]] = []
+    events: list[list[dict[str, Any]]] = [[] for _ in range(6)]
+    started = [threading.Event() for _ in range(6)]
+    ended_at = [0.0] * 6
 
-    def stream() -> None:
+    def stream(index: int) -> None:
         with (
             httpx.Client(base_url=group.base_url, timeout=120) as client,
             client.stream("POST", STREAM, json=body) as response,
         ):
-            events.append(
-                [json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")]
-            )
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    events[index].append(json.loads(line[5:]))
+                    started[index].set()
+        ended_at[index] = time.monotonic()
 
-    threads = [threading.Thread(target=stream) for _ in range(6)]
+    threads = [threading.Thread(target=stream, args=(index,)) for index in range(6)]
     for thread in threads:
         thread.start()
-    assert wait_for(lambda: scrape_in_flight(group) >= 6, 30, 0.1)
+    assert all(event.wait(60) for event in started), [len(e) for e in events]
     descendants = psutil.Process(group.process.pid).children(recursive=True)
     group.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
     for thread in threads:
         thread.join(timeout=120)
     assert group.process.wait(timeout=120) == 0, group.log_tail()
-    assert len(events) == 6
+    assert min(ended_at) > signalled, "a stream ended before the signal"
     for stream_events in events:
         assert "error" not in stream_events[-1]
         assert stream_events[-1]["finish_reason"] == "length"
     _, alive = psutil.wait_procs(descendants, timeout=15)
     assert not alive
-
-
-def scrape_in_flight(group: RunningServer) -> float:
-    try:
-        with httpx.Client(base_url=group.base_url, timeout=10) as client:
-            return scrape(client).get("server_requests_in_flight", 0)
-    except httpx.TransportError:
-        return 0
 
 
 def test_a_stop_while_a_killed_frontend_awaits_its_restart_exits_cleanly() -> None:

@@ -24,6 +24,9 @@ EXPLICIT_CONTROL_ENV = {"MODEL_CONTROL_MODE": "explicit", "LOAD_MODEL": '["*"]'}
 """Triton's explicit model control with every model loaded at start: load and unload are taken."""
 START_TIMEOUT_S = 300
 STOP_TIMEOUT_S = 60
+CONTEXT_TOKENS = 1900
+"""The most tokens a request to smollm2 may generate: its context is 2,048 tokens, and the
+tests' prompts (in its chat template) are short."""
 ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
 
 
@@ -98,6 +101,30 @@ def stopping_cleanly(server: RunningServer) -> Iterator[RunningServer]:
     for process in alive:
         process.kill()
     assert code == 0 and not alive, server.log_tail()
+
+
+MEASURING_REQUESTS = 2
+"""How many requests `seconds_per_token` sends (the first may warm caches)."""
+
+
+def seconds_per_token(base_url: str, model: str = "smollm2") -> float:
+    """A real server's time per generated token on this host (hosts differ ~20x in speed): the
+    best of MEASURING_REQUESTS 32-token requests. For sizing requests that must outlast, or
+    end within, a given time."""
+    body = {"text_input": "Count to fifty", "parameters": {"max_tokens": 32, "ignore_eos": True}}
+    times = []
+    for _ in range(MEASURING_REQUESTS):
+        begun = time.monotonic()
+        answer = httpx.post(f"{base_url}/v2/models/{model}/generate", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        times.append((time.monotonic() - begun) / 32)
+    return min(times)
+
+
+def tokens_for(per_token: float, seconds: float, low: int = 16, high: int = CONTEXT_TOKENS) -> int:
+    """How many tokens one request decodes in about `seconds` at `per_token` (measured by
+    `seconds_per_token`), within [low, high]."""
+    return max(low, min(high, round(seconds / per_token)))
 
 
 def kill_tree(popen: subprocess.Popen[bytes]) -> None:

@@ -25,13 +25,14 @@ OPENAI = {"model": "fake", "prompt": "x", "max_tokens": 30, "stream": True}
 
 
 def engine_holding(capacity: int | None) -> FakeEngine:
-    engine = FakeEngine(step_delay=0.02)
+    engine = FakeEngine()
     engine.request_capacity = capacity
     return engine
 
 
 def busy(client: TestClient, engine: FakeEngine, count: int) -> list[threading.Thread]:
-    """`count` requests running in threads, once the engine holds them all."""
+    """`count` requests running in threads, once the engine holds them all (call it inside
+    `engine.held()`, which keeps them running)."""
     threads = [
         threading.Thread(
             target=client.post, args=("/v2/models/fake/generate",), kwargs={"json": LONG}
@@ -40,7 +41,7 @@ def busy(client: TestClient, engine: FakeEngine, count: int) -> list[threading.T
     ]
     for thread in threads:
         thread.start()
-    wait_until(lambda: len(engine.active) == count)
+    wait_until(lambda: len(engine.active) == count, timeout=30)
     return threads
 
 
@@ -49,13 +50,17 @@ def test_requests_beyond_the_engines_capacity_are_refused_before_any_output(
 ) -> None:
     engine = engine_holding(2)
     client = make_client(engine)
-    threads = busy(client, engine, 2)
-    triton = client.post("/v2/models/fake/generate_stream", json=LONG)
-    assert triton.status_code == 503 and triton.headers["retry-after"] == "1"
-    assert triton.json() == {"error": "Model 'fake' is overloaded: 2 requests pending; retry later"}
-    openai = client.post("/v1/completions", json=OPENAI)
-    assert openai.status_code == 503 and openai.headers["retry-after"] == "1"
-    assert openai.json()["error"]["type"] == "ServiceUnavailableError"
+    with engine.held():
+        threads = busy(client, engine, 2)
+        triton = client.post("/v2/models/fake/generate_stream", json=LONG)
+        assert triton.status_code == 503 and triton.headers["retry-after"] == "1"
+        assert triton.json() == {
+            "error": "Model 'fake' is overloaded: 2 requests pending; retry later"
+        }
+        openai = client.post("/v1/completions", json=OPENAI)
+        assert openai.status_code == 503 and openai.headers["retry-after"] == "1"
+        assert openai.json()["error"]["type"] == "ServiceUnavailableError"
+        assert engine.hung, "refused only once the running requests went on"
     for thread in threads:
         thread.join()
     assert client.post("/v2/models/fake/generate_stream", json=LONG).status_code == 200
@@ -67,8 +72,10 @@ def test_max_pending_requests_overrides_the_engines_capacity(
 ) -> None:
     engine = engine_holding(2)
     client = make_client(engine, max_pending_requests=setting)
-    threads = busy(client, engine, admitted)
-    assert client.post("/v2/models/fake/generate", json=LONG).status_code == 503
+    with engine.held():
+        threads = busy(client, engine, admitted)
+        assert client.post("/v2/models/fake/generate", json=LONG).status_code == 503
+        assert engine.hung, "refused only once the running requests went on"
     for thread in threads:
         thread.join()
 
@@ -78,7 +85,8 @@ def test_max_pending_requests_zero_admits_everything(
 ) -> None:
     engine = engine_holding(1)
     client = make_client(engine, max_pending_requests=0)
-    threads = busy(client, engine, 3)
+    with engine.held():
+        threads = busy(client, engine, 3)
     for thread in threads:
         thread.join()
 
@@ -92,13 +100,16 @@ def test_a_grpc_stream_refuses_with_the_overload_error_before_any_response(tmp_p
     ):
         received: list[tuple[Any, Any]] = []
         client.start_stream(lambda result, error: received.append((result, error)))
-        client.async_stream_infer(
-            **vllm_request("x", "slow", stream=True, sampling_parameters={"max_tokens": "20"})
-        )
-        wait_until(lambda: len(engine.active) == 1)
-        client.async_stream_infer(
-            **vllm_request("x", "refused", stream=True, sampling_parameters={"max_tokens": "1"})
-        )
+        with engine.held():
+            client.async_stream_infer(
+                **vllm_request("x", "slow", stream=True, sampling_parameters={"max_tokens": "20"})
+            )
+            wait_until(lambda: len(engine.active) == 1, timeout=30)
+            client.async_stream_infer(
+                **vllm_request("x", "refused", stream=True, sampling_parameters={"max_tokens": "1"})
+            )
+            wait_until(lambda: any(error is not None for _, error in received), timeout=30)
+            assert engine.hung, "refused only once the running request went on"
         client.stop_stream()
     refused = [error.message() for _, error in received if error is not None]
     assert refused == ["Model 'fake' is overloaded: 1 requests pending; retry later"]

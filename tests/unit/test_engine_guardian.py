@@ -101,18 +101,33 @@ def test_the_guardian_kills_only_the_processes_it_still_watches(tmp_path: Path) 
             sleeper.wait()
 
 
+def ignored_signals(pid: int) -> set[int]:
+    """The signals a process ignores (SIG_IGN): the SigIgn mask of /proc/<pid>/status, whose
+    bit n-1 is signal n."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return set()
+    mask = next(
+        int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:")
+    )
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
 def test_the_guardian_ignores_the_terminals_signals() -> None:
     """Ctrl-C reaches the server's whole process group: the guardian waits for the server."""
     process = subprocess.Popen(
         [sys.executable, str(Path(guardian.__file__))], stdin=subprocess.PIPE, text=True
     )
     try:
-        time.sleep(1)
+        # sent once it ignores both (SIGINT may be ignored from the start: a background job's)
+        terminals = {signal.SIGINT, signal.SIGTERM}
+        wait_until(lambda: terminals <= ignored_signals(process.pid), timeout=30)
         os.kill(process.pid, signal.SIGINT)
         os.kill(process.pid, signal.SIGTERM)
         time.sleep(0.5)
         assert process.poll() is None and process.stdin is not None
         process.stdin.close()
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=30) == 0
     finally:
         process.kill()

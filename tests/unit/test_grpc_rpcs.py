@@ -235,7 +235,7 @@ def test_api_keys_in_metadata(two_models: Path) -> None:
 
 def test_overload_is_the_http_text_per_request(tmp_path: Path) -> None:
     write_model(tmp_path / "repo", "fake")
-    engine = FakeEngine(step_delay=0.05)
+    engine = FakeEngine()
     with (
         serve_grpc_app(tmp_path / "repo", lambda spec: engine, max_pending_requests=1) as app,
         triton_grpc.InferenceServerClient(app.grpc_url) as client,
@@ -244,9 +244,12 @@ def test_overload_is_the_http_text_per_request(tmp_path: Path) -> None:
         fast = vllm_request("x", "fast", sampling_parameters={"max_tokens": "1"})
         received: list[tuple[Any, Any]] = []
         client.start_stream(lambda result, error: received.append((result, error)))
-        client.async_stream_infer(**slow)
-        wait_until(lambda: len(engine.active) == 1)
-        client.async_stream_infer(**fast)
+        with engine.held():
+            client.async_stream_infer(**slow)
+            wait_until(lambda: len(engine.active) == 1, timeout=30)
+            client.async_stream_infer(**fast)
+            wait_until(lambda: any(error is not None for _, error in received), timeout=30)
+            assert engine.hung, "refused only once the running request went on"
         client.stop_stream()
     errors = [error.message() for _, error in received if error is not None]
     assert errors == ["Model 'fake' is overloaded: 1 requests pending; retry later"]

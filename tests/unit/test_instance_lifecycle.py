@@ -171,7 +171,7 @@ async def test_a_drain_lets_requests_finish_then_aborts_each_on_its_instance(
     root = tmp_path / "repo"
     write_model(root, "fake", config=TWO_CPU)
     engines = InstanceEngines(step_delay=0.01)
-    registry = ModelRegistry(root, engines, options=LifecycleOptions(drain_timeout=0.3))
+    registry = ModelRegistry(root, engines, options=LifecycleOptions(drain_timeout=2.0))
     await registry.start()
     model = registry.get("fake")
 

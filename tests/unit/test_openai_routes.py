@@ -56,11 +56,12 @@ def test_requests_are_admitted_and_logged(
     make_client: Callable[..., TestClient], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="app.access")
-    engine = FakeEngine(step_delay=0.02)
+    engine = FakeEngine()
     client = make_client(engine, log_prompts=True)
     served = runtime_of(client).registry.get("fake")
-    thread, _ = in_background(client, "/v1/chat/completions", {**CHAT, "max_tokens": 10})
-    wait_until(lambda: len(served.in_flight) == 1)
+    with engine.held():
+        thread, _ = in_background(client, "/v1/chat/completions", {**CHAT, "max_tokens": 10})
+        wait_until(lambda: len(served.in_flight) == 1, timeout=30)
     thread.join()
     assert not served.in_flight
     (record,) = [

@@ -73,18 +73,20 @@ def test_body_size_limit_in_openai_shape(make_client: Callable[..., TestClient])
 
 
 def test_overload_is_503_with_retry_after(make_client: Callable[..., TestClient]) -> None:
-    engine = FakeEngine(step_delay=0.02)
+    engine = FakeEngine()
     client = make_client(engine, max_pending_requests=1)
-    thread, result = in_background(client, "/v1/completions", {**COMPLETION, "max_tokens": 30})
-    wait_until(lambda: len(engine.active) == 1)
-    for path, body in (
-        ("/v1/completions", COMPLETION),
-        ("/v1/chat/completions", {**CHAT, "stream": True}),
-    ):
-        response = client.post(path, json=body)
-        error = error_of(response, 503)
-        assert response.headers["retry-after"] == "1" and "overloaded" in error["message"]
-        assert error["type"] == "ServiceUnavailableError"
+    with engine.held():
+        thread, result = in_background(client, "/v1/completions", {**COMPLETION, "max_tokens": 30})
+        wait_until(lambda: len(engine.active) == 1, timeout=30)
+        for path, body in (
+            ("/v1/completions", COMPLETION),
+            ("/v1/chat/completions", {**CHAT, "stream": True}),
+        ):
+            response = client.post(path, json=body)
+            error = error_of(response, 503)
+            assert response.headers["retry-after"] == "1" and "overloaded" in error["message"]
+            assert error["type"] == "ServiceUnavailableError"
+        assert engine.hung, "refused only once the running request went on"
     thread.join()
     assert result["response"].status_code == 200
 
@@ -162,7 +164,7 @@ async def test_drain_aborts_long_requests_with_an_error(repository: Path) -> Non
 
     engine = FakeEngine(step_delay=0.01)
     registry = ModelRegistry(
-        repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=0.2)
+        repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=2.0)
     )
     await registry.start()
     context = OpenAIContext(Request({"type": "http", "headers": []}), GenerationService(), None)

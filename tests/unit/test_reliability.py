@@ -51,16 +51,19 @@ class AnsweredError(Exception):
 def test_overload_answers_503_with_retry_after_at_once(
     make_client: Callable[..., TestClient],
 ) -> None:
-    engine = FakeEngine(step_delay=0.02)
+    """Refused while the running requests are held (not once one ends), and quickly."""
+    engine = FakeEngine()
     client = make_client(engine, max_pending_requests=2)
-    workers = [in_background(client, "/v2/models/fake/generate", SLOW) for _ in range(2)]
-    wait_until(lambda: len(engine.active) == 2)
-    started = time.monotonic()
-    for route in ("generate", "generate_stream"):
-        response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
-        assert response.status_code == 503 and response.headers["retry-after"] == "1"
-        assert "overloaded" in response.json()["error"]
-    assert time.monotonic() - started < 0.5
+    with engine.held():
+        workers = [in_background(client, "/v2/models/fake/generate", SLOW) for _ in range(2)]
+        wait_until(lambda: len(engine.active) == 2, timeout=30)
+        started = time.monotonic()
+        for route in ("generate", "generate_stream"):
+            response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            assert "overloaded" in response.json()["error"]
+        assert time.monotonic() - started < 5
+        assert engine.hung, "refused only once the running requests went on"
     for thread, result in workers:
         thread.join()
         assert result["response"].status_code == 200
@@ -117,7 +120,7 @@ def test_request_timeout_aborts_and_reports(make_client: Callable[..., TestClien
 async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Path) -> None:
     engine = FakeEngine(step_delay=0.01)
     registry = ModelRegistry(
-        repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=0.3)
+        repository, lambda spec: engine, options=LifecycleOptions(drain_timeout=2.0)
     )
     await registry.start()
     model = registry.get("fake")
