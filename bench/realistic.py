@@ -130,14 +130,19 @@ def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
 
 
 def start(args: argparse.Namespace, shape: str, log_dir: Path) -> dict[str, Endpoint]:
-    names = args.targets.split(",")
-    servers = 1 + ("vllm" in names) + (args.base_tree is not None)
-    spec = ServerSpec(args.models / shape, shape, engine_args(args, servers), args.processes)
-    endpoints = {"ours": ours(spec, log_dir)}
-    if "vllm" in names:
-        endpoints["vllm"] = vllm(spec, log_dir)
-    if args.base_tree is not None:
-        endpoints["base"] = ours(spec, log_dir, "base", args.base_tree.resolve())
+    """A server per target, so that no target meets a prefix cache that another one warmed
+    (every level's prompts are the same for each target): ours for each of ours' targets,
+    `vllm serve` for `vllm`, ours from the base tree for `base-openai`."""
+    names = args.targets.split(",") + ([BASE_TARGET] if args.base_tree is not None else [])
+    spec = ServerSpec(args.models / shape, shape, engine_args(args, len(names)), args.processes)
+    endpoints = {}
+    for name in names:
+        if name == "vllm":
+            endpoints[name] = vllm(spec, log_dir)
+        elif name == BASE_TARGET:
+            endpoints[name] = ours(spec, log_dir, "base", args.base_tree.resolve())
+        else:
+            endpoints[name] = ours(spec, log_dir, name)
     for endpoint in endpoints.values():
         endpoint.server.start()
         time.sleep(5)  # engines starting at one moment can race for a torch.distributed port
@@ -146,12 +151,6 @@ def start(args: argparse.Namespace, shape: str, log_dir: Path) -> dict[str, Endp
     for endpoint in endpoints.values():
         asyncio.run(endpoint.server.wait_ready(900))
     return endpoints
-
-
-def endpoint_of(target: str, endpoints: dict[str, Endpoint]) -> Endpoint:
-    if target == BASE_TARGET:
-        return endpoints["base"]
-    return endpoints["vllm" if target == "vllm" else "ours"]
 
 
 def run_shape(args: argparse.Namespace, shape: str, results: Path) -> None:
@@ -181,7 +180,7 @@ def run_round(
     shift = number % len(targets)
     for target in targets[shift:] + targets[:shift]:
         folder = args.out / "raw" / shape / f"{name}-{target}-r{number}"
-        level = run_level(args, shape, name, target, endpoint_of(target, endpoints), folder)
+        level = run_level(args, shape, name, target, endpoints[target], folder, number)
         if level is not None:
             record = {"shape": shape, "workload": name, "target": target, "round": number}
             write(results, {**record, **level})
@@ -199,8 +198,10 @@ def profile(
         if target in targets:
             folder = args.out / "raw" / shape / f"profile-{target}"
             records = args.out / "profiles" / f"{shape}-{target}"
-            endpoint = endpoint_of(target, endpoints)
-            level = run_level(args, shape, "variable", target, endpoint, folder, records)
+            endpoint = endpoints[target]
+            level = run_level(
+                args, shape, "variable", target, endpoint, folder, args.rounds, records
+            )
             record = {"shape": shape, "workload": "variable", "target": target}
             write(results, {**record, "round": "profile", **(level or {})})
 

@@ -58,15 +58,17 @@ def run_level(
     target: str,
     endpoint: Endpoint,
     folder: Path,
+    round_number: int = 0,
     profile: Path | None = None,
 ) -> dict[str, Any] | None:
-    """K clients of one workload against one target, started together; the merged level."""
+    """K clients of one workload against one target, started together (round `round_number`'s
+    prompts); the merged level."""
     model = args.models / shape
     if client_argv(target, endpoint, name == "chat", shape, model) is None:
         return None
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    clients = start_clients(args, shape, name, target, endpoint, folder)
+    clients = start_clients(args, shape, name, target, endpoint, folder, round_number)
     wait_for_clients(folder, clients)
     pids = process_tree(endpoint.server.pid)
     engine_before = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
@@ -92,13 +94,14 @@ def start_clients(
     target: str,
     endpoint: Endpoint,
     folder: Path,
+    round_number: int,
 ) -> list[subprocess.Popen[bytes]]:
     """The level's K client processes, each waiting at the barrier in `folder`."""
     scale: Scale = args.sizes
     model = args.models / shape
     clients = []
     for index in range(args.clients):
-        plan = workload(name, scale, index, args.clients, folder, model)
+        plan = workload(name, scale, index, args.clients, folder, model, round_number)
         backend = client_argv(target, endpoint, plan.chat, shape, model) or []
         argv = [
             *(sys.executable, "-m", "bench.vllm_client", "--barrier", str(folder), str(index)),

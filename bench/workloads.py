@@ -25,6 +25,9 @@ WORKLOADS = ("variable", "prefix", "poisson", "chat")
 """The default workloads; `fixed` is there to tell a length effect from a variability one."""
 CHAT_SYSTEM_PROMPTS = 4
 SEED = 7
+ROUND_SEEDS = 1000
+"""Round r's client i seeds its prompts with SEED + i + r * ROUND_SEEDS: each round's prompts
+are new (a round does not replay prompts the prefix cache still holds)."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,20 @@ def share(total: int | float, clients: int) -> int:
 
 
 def workload(
-    name: str, scale: Scale, index: int, clients: int, data: Path, model: Path
+    name: str,
+    scale: Scale,
+    index: int,
+    clients: int,
+    data: Path,
+    model: Path,
+    round_number: int = 0,
 ) -> Workload:
-    """Client `index` of `clients`' part of workload `name`: an equal share of the prompts,
-    the concurrency or the rate, and a seed of its own (the same for every target). The chat
-    dataset is written under `data`, in words of the tokenizer of the model folder `model`."""
-    common = ("--seed", str(SEED + index), "--num-prompts", str(share(scale.prompts, clients)))
+    """Client `index` of `clients`' part of workload `name` in round `round_number`: an equal
+    share of the prompts, the concurrency or the rate, and a seed of its own (the same for
+    every target). The chat dataset is written under `data`, in words of the tokenizer of the
+    model folder `model`."""
+    seed = SEED + index + round_number * ROUND_SEEDS
+    common = ("--seed", str(seed), "--num-prompts", str(share(scale.prompts, clients)))
     closed = ("--max-concurrency", str(share(scale.concurrency, clients)))
     random_lengths = (
         "--dataset-name",
@@ -105,7 +116,7 @@ def workload(
     if name == "chat":
         path = data / f"chat-{index}.jsonl"
         words = tokenizer_words(model / "tokenizer.json")
-        write_chats(path, share(scale.prompts, clients), scale, SEED + index, words)
+        write_chats(path, share(scale.prompts, clients), scale, seed, words)
         chats = (
             "--dataset-name",
             "custom",
