@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_size_options(add)
     add("--profile", action="store_true", help="py-spy records of each server's processes")
     add(
+        "--profile-workload",
+        default="variable",
+        choices=("variable", "fixed", "prefix", "chat"),
+        help="the workload of the profiled level (default: variable)",
+    )
+    add(
         "--out",
         type=Path,
         default=PROJECT_ROOT / "bench" / "results" / time.strftime("workloads-%Y%m%d-%H%M%S"),
@@ -193,16 +199,16 @@ def profile(
     endpoints: dict[str, Endpoint],
     results: Path,
 ) -> None:
-    """One more `variable` level of each OpenAI target with py-spy records of its server."""
+    """One more level (`--profile-workload`) of each OpenAI target with py-spy records of its
+    server."""
+    name = args.profile_workload
     for target in ("ours-openai", "vllm", BASE_TARGET):
         if target in targets:
             folder = args.out / "raw" / shape / f"profile-{target}"
             records = args.out / "profiles" / f"{shape}-{target}"
             endpoint = endpoints[target]
-            level = run_level(
-                args, shape, "variable", target, endpoint, folder, args.rounds, records
-            )
-            record = {"shape": shape, "workload": "variable", "target": target}
+            level = run_level(args, shape, name, target, endpoint, folder, args.rounds, records)
+            record = {"shape": shape, "workload": name, "target": target}
             write(results, {**record, "round": "profile", **(level or {})})
 
 
