@@ -245,6 +245,7 @@ def create_app(
         settings.http_ssl_keyfile,
         settings.http_ssl_ca_certs,
         settings.http_header_timeout_seconds,
+        settings.http_keep_alive_seconds,
     )
     errors = ErrorBodies()
     errors.add(openai_routes.PREFIX + "/", openai_error_body)

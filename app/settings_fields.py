@@ -206,6 +206,13 @@ class SettingsFields(BaseSettings):
         gt=0,
         description="A client must send a request's headers within this time, or is disconnected.",
     )
+    http_keep_alive_seconds: float = Field(
+        75,
+        gt=0,
+        description="How long an idle HTTP connection stays open for the client's next request: "
+        "longer than the idle timeouts of common clients and load balancers (60 s), so that "
+        "they close it first and never send a request on a connection the server is closing.",
+    )
     engine_restart: bool = Field(
         True, description="Replace a failed engine (restarts with exponential backoff)."
     )

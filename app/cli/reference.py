@@ -60,6 +60,7 @@ SECURITY = [
     "http_ssl_keyfile",
     "http_ssl_ca_certs",
     "http_header_timeout_seconds",
+    "http_keep_alive_seconds",
 ]
 SECTIONS: list[tuple[str, Callable[[str], bool]]] = [
     ("Logging", lambda name: name.startswith("log_")),

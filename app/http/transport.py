@@ -56,18 +56,20 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 @dataclass(frozen=True)
 class HttpTransport:
     """How the HTTP port accepts connections: TLS (with client certificates when
-    `client_ca` is set) and the request-header deadline."""
+    `client_ca` is set), the request-header deadline and how long an idle connection is
+    kept for the next request."""
 
     certfile: Path | None = None
     keyfile: Path | None = None
     client_ca: Path | None = None
     header_timeout: float = 30.0
+    keep_alive: float = 75.0
 
     def uvicorn_options(self) -> dict[str, Any]:
         protocol = type(
             "HttpProtocol", (HeaderDeadlineProtocol,), {"header_timeout": self.header_timeout}
         )
-        options: dict[str, Any] = {"http": protocol}
+        options: dict[str, Any] = {"http": protocol, "timeout_keep_alive": self.keep_alive}
         if self.certfile is not None:
             options.update(ssl_certfile=str(self.certfile), ssl_keyfile=str(self.keyfile))
         if self.client_ca is not None:
