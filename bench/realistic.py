@@ -71,6 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=("variable", "fixed", "prefix", "chat"),
         help="the workload of the profiled level (default: variable)",
     )
+    add("--profile-seconds", type=float, default=4, help="how long py-spy records (default: 4)")
     add(
         "--out",
         type=Path,

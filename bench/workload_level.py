@@ -22,7 +22,6 @@ from bench.workloads import Scale, workload
 
 BASE_TARGET = "base-openai"
 """Ours from `--base-tree` (another checkout) over `/v1`: a before/after comparison."""
-PROFILE_SECONDS = 4
 ENGINE_PROCESSES = ("VLLM::", "EngineCore", "Worker")
 """Names (comm) of the engine's processes; the others serve the protocols."""
 
@@ -74,7 +73,9 @@ def run_level(
     engine_before = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
     before, machine_before = cpu_seconds(pids), machine_cpu()
     (folder / "go").touch()
-    profilers = record_all(pids, profile) if profile is not None else []
+    profilers = []
+    if profile is not None:
+        profilers = record_all(pids, profile, args.profile_seconds)
     codes = [c.wait() for c in clients]
     after = cpu_seconds(process_tree(endpoint.server.pid))
     engine_after = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
@@ -155,7 +156,7 @@ def py_spy() -> str:
     return shutil.which("py-spy") or str(beside)
 
 
-def record_all(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
+def record_all(pids: list[int], out: Path, seconds: float) -> list[subprocess.Popen[bytes]]:
     """py-spy records (raw collapsed stacks) of each of the server's processes, and what py-spy
     said of each (`PID.log`)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +164,7 @@ def record_all(pids: list[int], out: Path) -> list[subprocess.Popen[bytes]]:
     return [
         subprocess.Popen(
             [
-                *(py_spy(), "record", "--pid", str(pid), "--duration", str(PROFILE_SECONDS)),
+                *(py_spy(), "record", "--pid", str(pid), "--duration", f"{seconds:g}"),
                 *("--rate", "200", "--nonblocking", "--format", "raw"),
                 *("--output", str(out / f"{pid}.txt")),
             ],
