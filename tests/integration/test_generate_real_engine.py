@@ -55,7 +55,7 @@ def test_stream_sends_several_events_as_tokens_arrive(http: httpx.Client) -> Non
         STREAM,
         {
             "text_input": "Tell me about the sea.",
-            "parameters": {"max_tokens": 32, "ignore_eos": True},
+            "parameters": {"max_tokens": 64, "ignore_eos": True},
         },
     )
     assert len(events) >= 8
