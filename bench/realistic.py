@@ -136,11 +136,12 @@ def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
     return chosen
 
 
-def start(args: argparse.Namespace, shape: str, log_dir: Path) -> dict[str, Endpoint]:
+def start(
+    args: argparse.Namespace, shape: str, names: list[str], log_dir: Path
+) -> dict[str, Endpoint]:
     """A server per target, so that no target meets a prefix cache that another one warmed
     (every level's prompts are the same for each target): ours for each of ours' targets,
     `vllm serve` for `vllm`, ours from the base tree for `base-openai`."""
-    names = args.targets.split(",") + ([BASE_TARGET] if args.base_tree is not None else [])
     spec = ServerSpec(args.models / shape, shape, engine_args(args, len(names)), args.processes)
     endpoints = {}
     for name in names:
@@ -162,7 +163,7 @@ def start(args: argparse.Namespace, shape: str, log_dir: Path) -> dict[str, Endp
 
 def run_shape(args: argparse.Namespace, shape: str, results: Path) -> None:
     targets = args.targets.split(",") + ([BASE_TARGET] if args.base_tree is not None else [])
-    endpoints = start(args, shape, args.out / "logs" / shape)
+    endpoints = start(args, shape, targets, args.out / "logs" / shape)
     try:
         for number in range(args.rounds):
             for name in args.workloads.split(","):

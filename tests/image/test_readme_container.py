@@ -19,6 +19,7 @@ from app.paths import PROJECT_ROOT
 from tests.image.conftest import TOOL, Started, report
 from tests.image.container import run
 from tests.image.lines import README, on_ports, only
+from tests.support.servers import seconds_per_token, tokens_for
 from tests.support.triton_grpc import by_id, is_final, stream_results, text_of, vllm_request
 
 
@@ -156,19 +157,8 @@ def test_the_image_healthcheck_turns_healthy(readme_container: Started) -> None:
 
 STREAM_SECONDS = 6.0
 """How long the stream that the drain must let finish should run: long enough that the
-refused request lands while it runs, well inside the image's 30 s drain timeout."""
-
-
-def tokens_for(started: Started, seconds: float) -> int:
-    """How many tokens this container decodes for one request in about `seconds` (measured
-    with a 32-token request: hosts differ ~20x in speed), within [16, 1800] (the model's
-    context is 2,048 tokens)."""
-    body = {"text_input": "Count to fifty", "parameters": {"max_tokens": 32, "ignore_eos": True}}
-    begun = time.monotonic()
-    answer = httpx.post(started.http + "/v2/models/smollm2/generate", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text
-    per_token = (time.monotonic() - begun) / 32
-    return max(16, min(1800, round(seconds / per_token)))
+refused request lands while it runs, well inside the image's 30 s drain timeout (sized by the
+container's measured time per token: hosts differ ~20x in speed)."""
 
 
 def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
@@ -177,7 +167,7 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     container = readme_container.container
     env = dict(item.split("=", 1) for item in container.inspect()["Config"]["Env"])
     drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
-    max_tokens = tokens_for(readme_container, STREAM_SECONDS)
+    max_tokens = tokens_for(seconds_per_token(readme_container.http), STREAM_SECONDS)
     body = {
         "text_input": "Count to fifty",
         "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
