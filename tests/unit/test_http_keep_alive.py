@@ -1,6 +1,7 @@
 """Idle HTTP connections (engine double): kept for the client's next request longer than the
 idle timeouts of the usual clients and load balancers, so that they close a connection first
-and never send a request on one the server is closing (a request lost to a reset)."""
+and never send a request on one the server is closing (a request lost to a reset); many
+left idle by one client keep no other client out."""
 
 from __future__ import annotations
 
@@ -59,3 +60,24 @@ def test_an_idle_connection_is_closed_once_the_keep_alive_ends(repository: Path)
         closed_by = time.monotonic() + UVICORN_KEEP_ALIVE - 1
         assert connection.recv(4096) == b""  # the server closes it
         assert time.monotonic() < closed_by
+
+
+IDLE_CONNECTIONS = 300
+"""Connections an attacker leaves idle after a request each (the test process holds both ends
+of each, so the count stays far below the open-file limit)."""
+
+
+def test_connections_left_idle_do_not_keep_others_from_being_served(repository: Path) -> None:
+    with connected(repository) as first:
+        address = first.getpeername()
+        idle = [socket.create_connection(address, timeout=10) for _ in range(IDLE_CONNECTIONS)]
+        try:
+            assert {ready(connection) for connection in idle} == {b"HTTP/1.1 200 OK"}
+            started = time.monotonic()
+            with socket.create_connection(address, timeout=10) as newcomer:
+                assert ready(newcomer) == b"HTTP/1.1 200 OK"
+            assert ready(first) == b"HTTP/1.1 200 OK"
+            assert time.monotonic() - started < 5
+        finally:
+            for connection in idle:
+                connection.close()
