@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
 from tests.support.servers import RunningServer
 from tests.support.third_party import (
@@ -228,13 +229,19 @@ def test_genai_perf_triton_grpc(server: RunningServer, tmp_path: Path) -> None:
     )
     (export,) = (tmp_path / "artifacts").rglob("*_genai_perf.json")
     report = read_json(export)
+    (raw,) = (tmp_path / "artifacts").rglob("profile_export.json")
+    streams = [r["response_outputs"] for r in read_json(raw)["experiments"][0]["requests"]]
     seen = settled(server, before)
     assert report["request_count"]["avg"] == REQUESTS == seen.requests
-    assert (
-        report["output_sequence_length"]["avg"] * REQUESTS
-        == seen.generated_tokens
-        == REQUESTS * NEW_TOKENS
-    )
+    assert seen.generated_tokens == REQUESTS * NEW_TOKENS
+    # a response per generated token, then the empty final one
+    assert [len(responses) for responses in streams] == [NEW_TOKENS + 1] * REQUESTS
+    # genai-perf counts the tokens of the text it received, encoded again: sampled tokens
+    # ("I", "'", "d") may encode as fewer ("I", "'d"), so its count is that of our text
+    texts = ["".join(r["text_output"] for r in responses) for responses in streams]
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
+    encoded = sum(len(tokenizer.encode(text, add_special_tokens=False)) for text in texts)
+    assert report["output_sequence_length"]["avg"] * REQUESTS == encoded
 
 
 def test_perf_analyzer_grpc_stream(server: RunningServer, tmp_path: Path) -> None:
