@@ -4,6 +4,7 @@ drain on SIGTERM / Ctrl-C."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -133,7 +134,8 @@ def serve(
 ) -> None:
     """Serve until stopped (with the app's `HttpTransport`: TLS, header deadline); on
     `sockets` already bound if given. `supervised`: a frontend process of several, whose
-    supervisor forwards the signals (see `DrainingServer`)."""
+    supervisor forwards the signals (see `DrainingServer`). Once stopped, the heap is frozen:
+    the interpreter's exit then skips collecting it (seconds, with torch and vLLM loaded)."""
     transport: HttpTransport = getattr(app.state, "http_transport", HttpTransport())
     config = uvicorn.Config(
         app,
@@ -147,5 +149,6 @@ def serve(
     )
     server = DrainingServer(config, app, side, supervised=supervised)
     server.run(sockets=sockets)
+    gc.freeze()
     if server.failed_side:
         raise SystemExit(3)
