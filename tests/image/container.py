@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -35,6 +37,20 @@ class Container:
     def logs(self) -> str:
         result = run(self.tool, "logs", self.name, check=False)
         return result.stdout + result.stderr
+
+    def send_signal(self, sig: signal.Signals, pid: int) -> str:
+        """Signal the container's first process, straight to its host `pid` (from `inspect`)
+        where this process may (the container tool's `kill` can take seconds on a busy host),
+        else through the tool; which way it went."""
+        if pid > 0:
+            try:
+                os.kill(pid, sig)
+            except PermissionError:
+                pass
+            else:
+                return f"to host pid {pid}"
+        run(self.tool, "kill", "--signal", sig.name, self.name)
+        return f"by {self.tool} kill"
 
     def is_running(self) -> bool:
         return bool(self.inspect()["State"]["Running"])

@@ -5,6 +5,7 @@ image's HEALTHCHECK, and a drain on SIGTERM. The drain stops the container: it r
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -157,7 +158,7 @@ def test_the_image_healthcheck_turns_healthy(readme_container: Started) -> None:
 
 STREAM_SHARE_OF_DRAIN = 0.4
 """How long the stream that the drain must let finish should run, as a share of the image's
-drain timeout (30 s): long enough that `podman kill`, the turn of readiness and the refused
+drain timeout (30 s): long enough that the signal, the turn of readiness and the refused
 request all land while it runs, with room left for the engine's shutdown. Sized by the
 container's measured time per token: hosts differ ~20x in speed."""
 
@@ -166,7 +167,8 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     readme_container: Started,
 ) -> None:
     container = readme_container.container
-    env = dict(item.split("=", 1) for item in container.inspect()["Config"]["Env"])
+    state = container.inspect()
+    env = dict(item.split("=", 1) for item in state["Config"]["Env"])
     drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
     per_token = seconds_per_token(readme_container.http)
     max_tokens = tokens_for(per_token, STREAM_SHARE_OF_DRAIN * drain_timeout)
@@ -195,8 +197,8 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     reader.start()
     assert first.wait(60), "the stream never started"
     signalled = time.monotonic()
-    run(TOOL, "kill", "--signal", "TERM", container.name)
-    moments["kill returned"] = time.monotonic()
+    sent = container.send_signal(signal.SIGTERM, int(state["State"]["Pid"]))
+    moments[f"SIGTERM sent {sent}"] = time.monotonic()
     ready = readme_container.http + "/v2/health/ready"
     readiness = httpx.get(ready, timeout=10).status_code
     while readiness == 200 and time.monotonic() - signalled < 10:
