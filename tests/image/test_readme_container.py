@@ -163,6 +163,41 @@ request all land while it runs, with room left for the engine's shutdown. Sized 
 container's measured time per token: hosts differ ~20x in speed."""
 
 
+class BackgroundStream:
+    """A `generate_stream` request read on a thread: its events, and when it ended."""
+
+    def __init__(self, base_url: str, body: dict[str, Any]) -> None:
+        self.url = base_url + "/v2/models/smollm2/generate_stream"
+        self.body = body
+        self.events: list[dict[str, Any]] = []
+        self.first = threading.Event()
+        self.ended = threading.Event()
+        self.ended_at = 0.0
+        self.reader = threading.Thread(target=self._read)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            with httpx.stream("POST", self.url, json=self.body, timeout=120) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(json.loads(line.removeprefix("data: ")))
+                        self.first.set()
+        finally:
+            self.ended_at = time.monotonic()
+            self.ended.set()
+
+
+def readiness_after_signal(base_url: str, signalled: float) -> int:
+    """Readiness, polled until it leaves 200 or 10 s after the signal have passed."""
+    ready = base_url + "/v2/health/ready"
+    readiness = httpx.get(ready, timeout=10).status_code
+    while readiness == 200 and time.monotonic() - signalled < 10:
+        time.sleep(0.1)
+        readiness = httpx.get(ready, timeout=10).status_code
+    return readiness
+
+
 def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     readme_container: Started,
 ) -> None:
@@ -176,55 +211,33 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         "text_input": "Count to fifty",
         "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
     }
-    events: list[dict[str, Any]] = []
-    first = threading.Event()
-    ended = threading.Event()
-    moments: dict[str, float] = {}
-
-    def stream() -> None:
-        path = readme_container.http + "/v2/models/smollm2/generate_stream"
-        try:
-            with httpx.stream("POST", path, json=body, timeout=120) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: "):
-                        events.append(json.loads(line.removeprefix("data: ")))
-                        first.set()
-        finally:
-            moments["stream ended"] = time.monotonic()
-            ended.set()
-
-    reader = threading.Thread(target=stream)
-    reader.start()
-    assert first.wait(60), "the stream never started"
+    stream = BackgroundStream(readme_container.http, body)
+    assert stream.first.wait(60), "the stream never started"
     signalled = time.monotonic()
     sent = container.send_signal(signal.SIGTERM, int(state["State"]["Pid"]))
-    moments[f"SIGTERM sent {sent}"] = time.monotonic()
-    ready = readme_container.http + "/v2/health/ready"
-    readiness = httpx.get(ready, timeout=10).status_code
-    while readiness == 200 and time.monotonic() - signalled < 10:
-        time.sleep(0.1)
-        readiness = httpx.get(ready, timeout=10).status_code
-    moments[f"readiness answered {readiness}"] = time.monotonic()
+    moments = {f"SIGTERM sent {sent}": 0.0}
+    readiness = readiness_after_signal(readme_container.http, signalled)
+    moments[f"readiness answered {readiness}"] = time.monotonic() - signalled
     generate = readme_container.http + "/v2/models/smollm2/generate"
     refused = httpx.post(generate, json=body, timeout=30)
-    moments[f"new request answered {refused.status_code}"] = time.monotonic()
-    refused_while_streaming = not ended.is_set()
-    reader.join(120)
+    moments[f"new request answered {refused.status_code}"] = time.monotonic() - signalled
+    refused_while_streaming = not stream.ended.is_set()
+    stream.reader.join(120)
+    moments["stream ended"] = stream.ended_at - signalled
     exit_code = int(run(TOOL, "wait", container.name, timeout=drain_timeout + 60).stdout.strip())
-    exited = moments[f"container exited {exit_code}"] = time.monotonic()
-    stopped_after = exited - signalled
+    stopped_after = moments[f"container exited {exit_code}"] = time.monotonic() - signalled
     timeline = ", ".join(
-        f"{name} at {at - signalled:.1f} s"
-        for name, at in sorted(moments.items(), key=lambda m: m[1])
+        f"{name} at {at:.1f} s" for name, at in sorted(moments.items(), key=lambda m: m[1])
     )
     figures = (
         f"{per_token * 1000:.0f} ms a token measured; a stream of {max_tokens} tokens got "
-        f"{len(events)} events; after SIGTERM: {timeline} (drain timeout {drain_timeout:g} s)"
+        f"{len(stream.events)} events; after SIGTERM: {timeline} "
+        f"(drain timeout {drain_timeout:g} s)"
     )
     report(f"SIGTERM: {figures}")
     assert refused_while_streaming, (
         f"the stream ended before the new request was answered: {figures}"
     )
     assert readiness == 503 and refused.status_code == 503, figures
-    assert len(events) == max_tokens and "error" not in events[-1], figures
+    assert len(stream.events) == max_tokens and "error" not in stream.events[-1], figures
     assert exit_code == 0 and stopped_after < drain_timeout, figures
