@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,15 @@ def run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.Comp
         command = " ".join(args)
         raise AssertionError(f"{command} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def runs_here(pid: int, program: str) -> bool:
+    """Whether process `pid` of this host runs `program` (compared by file name)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return pid > 0 and Path(command).name == Path(program).name
 
 
 @dataclass
@@ -38,11 +48,13 @@ class Container:
         result = run(self.tool, "logs", self.name, check=False)
         return result.stdout + result.stderr
 
-    def send_signal(self, sig: signal.Signals, pid: int) -> str:
-        """Signal the container's first process, straight to its host `pid` (from `inspect`)
-        where this process may (the container tool's `kill` can take seconds on a busy host),
-        else through the tool; which way it went."""
-        if pid > 0:
+    def send_signal(self, sig: signal.Signals, state: dict[str, Any]) -> str:
+        """Signal the container's first process straight to its host pid (`state` from
+        `inspect`; the container tool's `kill` can take seconds on a busy host) where that pid
+        runs the container's entry program here and this process may signal it, else through
+        the tool (a remote engine's pids are not this host's); which way it went."""
+        pid = int(state["State"]["Pid"])
+        if runs_here(pid, str(state["Path"])):
             try:
                 os.kill(pid, sig)
             except PermissionError:

@@ -214,7 +214,7 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     stream = BackgroundStream(readme_container.http, body)
     assert stream.first.wait(60), "the stream never started"
     signalled = time.monotonic()
-    sent = container.send_signal(signal.SIGTERM, int(state["State"]["Pid"]))
+    sent = container.send_signal(signal.SIGTERM, state)
     moments = {f"SIGTERM sent {sent}": 0.0}
     readiness = readiness_after_signal(readme_container.http, signalled)
     moments[f"readiness answered {readiness}"] = time.monotonic() - signalled
