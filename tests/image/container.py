@@ -28,7 +28,7 @@ def runs_here(pid: int, program: str) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
     except (OSError, UnicodeDecodeError):
         return False
-    return pid > 0 and Path(command).name == Path(program).name
+    return Path(command).name == Path(program).name
 
 
 @dataclass

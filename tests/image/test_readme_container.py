@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
 from typing import Any
 
@@ -21,7 +20,9 @@ from tests.image.conftest import TOOL, Started, report
 from tests.image.container import run
 from tests.image.lines import README, on_ports, only
 from tests.support.servers import seconds_per_token, tokens_for
+from tests.support.sse import StreamReader
 from tests.support.triton_grpc import by_id, is_final, stream_results, text_of, vllm_request
+from tests.support.waiting import wait_for
 
 
 def readme_curl(started: Started, path: str) -> str:
@@ -163,41 +164,6 @@ request all land while it runs, with room left for the engine's shutdown. Sized 
 container's measured time per token: hosts differ ~20x in speed."""
 
 
-class BackgroundStream:
-    """A `generate_stream` request read on a thread: its events, and when it ended."""
-
-    def __init__(self, base_url: str, body: dict[str, Any]) -> None:
-        self.url = base_url + "/v2/models/smollm2/generate_stream"
-        self.body = body
-        self.events: list[dict[str, Any]] = []
-        self.first = threading.Event()
-        self.ended = threading.Event()
-        self.ended_at = 0.0
-        self.reader = threading.Thread(target=self._read)
-        self.reader.start()
-
-    def _read(self) -> None:
-        try:
-            with httpx.stream("POST", self.url, json=self.body, timeout=120) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: "):
-                        self.events.append(json.loads(line.removeprefix("data: ")))
-                        self.first.set()
-        finally:
-            self.ended_at = time.monotonic()
-            self.ended.set()
-
-
-def readiness_after_signal(base_url: str, signalled: float) -> int:
-    """Readiness, polled until it leaves 200 or 10 s after the signal have passed."""
-    ready = base_url + "/v2/health/ready"
-    readiness = httpx.get(ready, timeout=10).status_code
-    while readiness == 200 and time.monotonic() - signalled < 10:
-        time.sleep(0.1)
-        readiness = httpx.get(ready, timeout=10).status_code
-    return readiness
-
-
 def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     readme_container: Started,
 ) -> None:
@@ -211,18 +177,21 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         "text_input": "Count to fifty",
         "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
     }
-    stream = BackgroundStream(readme_container.http, body)
-    assert stream.first.wait(60), "the stream never started"
+    stream = StreamReader(readme_container.http, body)
+    stream.start()
+    assert stream.first_event.wait(60), "the stream never started"
     signalled = time.monotonic()
     sent = container.send_signal(signal.SIGTERM, state)
     moments = {f"SIGTERM sent {sent}": 0.0}
-    readiness = readiness_after_signal(readme_container.http, signalled)
+    ready = readme_container.http + "/v2/health/ready"
+    wait_for(lambda: httpx.get(ready, timeout=10).status_code != 200, 10, interval=0.1)
+    readiness = httpx.get(ready, timeout=10).status_code
     moments[f"readiness answered {readiness}"] = time.monotonic() - signalled
     generate = readme_container.http + "/v2/models/smollm2/generate"
     refused = httpx.post(generate, json=body, timeout=30)
     moments[f"new request answered {refused.status_code}"] = time.monotonic() - signalled
-    refused_while_streaming = not stream.ended.is_set()
-    stream.reader.join(120)
+    refused_while_streaming = stream.is_alive()
+    stream.join(120)
     moments["stream ended"] = stream.ended_at - signalled
     exit_code = int(run(TOOL, "wait", container.name, timeout=drain_timeout + 60).stdout.strip())
     stopped_after = moments[f"container exited {exit_code}"] = time.monotonic() - signalled

@@ -9,11 +9,9 @@ The tests run in order on the module's server (prefix routing, the pin header al
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +32,7 @@ from tests.support.servers import (
     stopping_cleanly,
     tokens_for,
 )
+from tests.support.sse import StreamReader
 from tests.support.waiting import wait_for
 
 MODEL = "smollm2"
@@ -128,28 +127,9 @@ def raw(prompt: str, max_tokens: int = 1, **parameters: Any) -> dict[str, Any]:
     return {"text_input": prompt, "parameters": parameters}
 
 
-class Stream(threading.Thread):
-    """One SSE stream (pinned to an instance, if given); keeps its events, and sets
-    `first_event` on the first."""
-
-    def __init__(self, base_url: str, body: dict[str, Any], pin: int | None = None) -> None:
-        super().__init__(daemon=True)
-        self.base_url, self.body = base_url, body
-        self.headers = {PIN_HEADER: str(pin)} if pin is not None else {}
-        self.status = 0
-        self.events: list[dict[str, Any]] = []
-        self.first_event = threading.Event()
-
-    def run(self) -> None:
-        with (
-            httpx.Client(base_url=self.base_url, timeout=300) as client,
-            client.stream("POST", STREAM, json=self.body, headers=self.headers) as response,
-        ):
-            self.status = response.status_code
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    self.events.append(json.loads(line.removeprefix("data: ")))
-                    self.first_event.set()
+def pinned_stream(base_url: str, body: dict[str, Any], pin: int | None = None) -> StreamReader:
+    """One SSE stream, pinned to an instance if given (not started)."""
+    return StreamReader(base_url, body, {PIN_HEADER: str(pin)} if pin is not None else {}, STREAM)
 
 
 def test_two_engine_cores_each_on_its_core_give_the_one_engine_servers_text(
@@ -222,7 +202,7 @@ def test_least_loaded_spreads_unrelated_requests_evenly(
     assert wait_for(lambda: measured() == MEASURING_REQUESTS, 30)
     before = counted()
     streams = [
-        Stream(instances.base_url, raw(f"Count to {n}.", max_tokens, ignore_eos=True))
+        pinned_stream(instances.base_url, raw(f"Count to {n}.", max_tokens, ignore_eos=True))
         for n in range(8)
     ]
     for stream in streams:
@@ -243,7 +223,7 @@ def test_a_killed_instance_heals_while_the_other_serves(
     instances: RunningServer, http: httpx.Client
 ) -> None:
     body = {**raw("Tell me about the sea.", 48, ignore_eos=True), "return_num_output_tokens": True}
-    streams = [Stream(instances.base_url, body, pin) for pin in (0, 1, 1)]
+    streams = [pinned_stream(instances.base_url, body, pin) for pin in (0, 1, 1)]
     for stream in streams:
         stream.start()
     assert wait_for(lambda: all(s.events for s in streams), 120)
@@ -279,7 +259,7 @@ def test_a_reload_starts_both_engines_beside_the_old_and_an_unload_drains_both(
     new = engine_cores(instances)
     assert len(new) == 2 and not {p.pid for p in new} & {p.pid for p in old}
     streams = [
-        Stream(instances.base_url, raw("Name the planets.", 32, ignore_eos=True), pin)
+        pinned_stream(instances.base_url, raw("Name the planets.", 32, ignore_eos=True), pin)
         for pin in (0, 1)
     ]
     for stream in streams:

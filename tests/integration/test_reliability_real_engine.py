@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import queue
 import signal
 import threading
@@ -24,6 +23,7 @@ from tests.support.servers import (
     start_server,
     tokens_for,
 )
+from tests.support.sse import StreamReader
 from tests.support.triton_grpc import is_final, vllm_request
 from tests.support.waiting import wait_for
 
@@ -96,27 +96,6 @@ def test_non_streaming_client_timeout_aborts_the_engine_request(
             timeout=1.5,
         )
     assert wait_for(lambda: load(http) == (0, 0), 30), load(http)
-
-
-class StreamReader(threading.Thread):
-    """Reads a whole generate_stream response in the background, keeping its events."""
-
-    def __init__(self, base_url: str, body: dict[str, Any]) -> None:
-        super().__init__(daemon=True)
-        self.base_url, self.body = base_url, body
-        self.events: list[dict[str, Any]] = []
-        self.first_event = threading.Event()
-        self.ended_at = 0.0
-
-    def run(self) -> None:
-        with httpx.stream(
-            "POST", f"{self.base_url}{STREAM}", json=self.body, timeout=120
-        ) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    self.events.append(json.loads(line[6:]))
-                    self.first_event.set()
-        self.ended_at = time.monotonic()
 
 
 def grpc_request(prompt: str, request_id: str, max_tokens: int) -> dict[str, Any]:

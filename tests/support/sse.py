@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
 import httpx
 
 from tests.support.responses import Response
+
+GENERATE_STREAM = "/v2/models/smollm2/generate_stream"
 
 
 def named_frames(text: str) -> list[tuple[str, str]]:
@@ -58,3 +61,35 @@ def stream_events(
             if line.startswith("data: ")
         )
     return events
+
+
+class StreamReader(threading.Thread):
+    """One POST stream read on a thread as it arrives: its status and `data:` events; sets
+    `first_event` on the first and records when the stream ended (`ended_at`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        path: str = GENERATE_STREAM,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.url, self.body, self.headers = base_url + path, body, headers or {}
+        self.status = 0
+        self.events: list[dict[str, Any]] = []
+        self.first_event = threading.Event()
+        self.ended_at = 0.0
+
+    def run(self) -> None:
+        try:
+            with httpx.stream(
+                "POST", self.url, json=self.body, headers=self.headers, timeout=300
+            ) as response:
+                self.status = response.status_code
+                for line in response.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(json.loads(line.removeprefix("data: ")))
+                        self.first_event.set()
+        finally:
+            self.ended_at = time.monotonic()
