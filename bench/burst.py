@@ -55,6 +55,20 @@ async def burst(traffic: Traffic, count: int = 256, max_tokens: int = 16) -> lis
     )
 
 
+async def seeded_burst(
+    traffic: Traffic, counts: dict[str, int], max_tokens: int = 32
+) -> list[Outcome]:
+    """`counts[protocol]` streams of each protocol sent at once, each sampled at temperature
+    0.7 with a seed of its own (a seeded request whose prompt the engine splits over steps
+    once killed vLLM's CPU engine core)."""
+    protocols = [protocol for protocol, count in counts.items() for _ in range(count)]
+    sends = (
+        traffic.send(protocol, Ask(prompt_for(protocol), max_tokens, temperature=0.7, seed=i))
+        for i, protocol in enumerate(protocols)
+    )
+    return list(await asyncio.gather(*sends))
+
+
 def percentile(values: Sequence[float], fraction: float) -> float | None:
     if not values:
         return None

@@ -90,11 +90,14 @@ class Ask:
     """A LoRA adapter of the model (Triton's `lora_name`, OpenAI's model name)."""
     disconnect_after: int | None = None
     """The client goes away after this many tokens."""
+    seed: int | None = None
 
     def sampling(self) -> dict[str, Any]:
         values: dict[str, Any] = {"max_tokens": self.max_tokens, "ignore_eos": True}
         if self.temperature is not None:
             values["temperature"] = self.temperature
+        if self.seed is not None:
+            values["seed"] = self.seed
         if self.lora is not None:
             values["lora_name"] = self.lora
         return values

@@ -1,9 +1,6 @@
 """Engine arguments chosen for the CPU the engine runs on, where model.json leaves them unset:
-the dtype, by what the CPU computes natively.
-
-The prefill chunk is left at vLLM's CPU default (chunked prefill, 2,048 tokens a step): a
-smaller one would split more prompts over several steps, and vLLM 0.32's CPU engine crashes
-on a seeded request whose prompt is split ("CPU Generator does not use offset")."""
+the dtype, by what the CPU computes natively, and the worker, whose seeded sampling survives
+a prompt split over several steps (app/engine/seeded_sampling.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +13,9 @@ logger = logging.getLogger(__name__)
 
 CPUINFO = Path("/proc/cpuinfo")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+SEEDED_SAMPLING_WORKER = "app.engine.seeded_sampling.SeededSamplingCPUWorker"
+"""vLLM's CPU worker with a seeded generator's rewind that works on CPU (vLLM's own kills the
+engine core when a seeded request's prompt is split: "CPU Generator does not use offset")."""
 """/proc/cpuinfo flags of CPUs that compute bfloat16 natively (AVX512-BF16, AMX)."""
 
 
@@ -64,6 +64,8 @@ def cpu_engine_defaults(
                 "float32: this CPU has no native bfloat16 (neither AVX512-BF16 nor AMX), "
                 "where bfloat16 runs several times slower"
             )
+    if engine_args.get("worker_cls", "auto") == "auto":
+        chosen["worker_cls"] = SEEDED_SAMPLING_WORKER
     return chosen, notes
 
 

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.cpu_defaults import CpuHost, cpu_engine_defaults, cpu_flags
+from app.engine.cpu_defaults import (
+    SEEDED_SAMPLING_WORKER,
+    CpuHost,
+    cpu_engine_defaults,
+    cpu_flags,
+)
 from app.engine.engine_args import vllm_engine_args
 from app.repository.layout import load_repository
 from app.triton.model_config import config_json
@@ -42,7 +47,18 @@ def test_a_dtype_model_json_pins_is_kept(dtype: str) -> None:
 
 def test_the_prefill_chunk_is_left_to_vllm() -> None:
     chosen, notes = cpu_engine_defaults({"model": "m"}, CpuHost(AVX2_ONLY))
-    assert chosen == {"model": "m", "dtype": "float32"} and set(notes) == {"dtype"}
+    assert chosen == {"model": "m", "dtype": "float32", "worker_cls": SEEDED_SAMPLING_WORKER}
+    assert set(notes) == {"dtype"}
+
+
+def test_the_cpu_worker_is_the_one_whose_seeded_sampling_survives_a_split_prompt() -> None:
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.worker.cpu_worker import CPUWorker
+
+    worker = resolve_obj_by_qualname(SEEDED_SAMPLING_WORKER)
+    assert issubclass(worker, CPUWorker)
+    chosen, _ = cpu_engine_defaults({"model": "m", "worker_cls": "my.Worker"}, CpuHost(ZEN4))
+    assert chosen["worker_cls"] == "my.Worker"
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
