@@ -29,9 +29,15 @@ export HF_HUB_OFFLINE := 1
 .PHONY: image-test-if-engine image-build-if-engine
 
 help:
-	@echo "make serve   set up (venv, vLLM, default model) and serve on $(HOST):$(PORT)"
-	@echo "make test    set up and run the whole test suite (unit + real engine)"
-	@echo "make docs    serve the documentation site on 127.0.0.1:8008"
+	@echo "make serve          set up (venv, vLLM, default model) and serve on $(HOST):$(PORT)"
+	@echo "make test           set up and run the whole test suite (unit + real engine)"
+	@echo "make test-unit      the unit tests alone"
+	@echo "make docs           serve the documentation site on 127.0.0.1:8008"
+	@echo "make clients        install AIPerf, guidellm, genai-perf and perf_analyzer; run them as"
+	@echo "                    .cache/clients/launch/<tool> (docs/benchmarks/index.md)"
+	@echo "make bench          benchmark this server against vllm serve and the engine"
+	@echo "make bench-report   the results page's summary and plots from benchmarks/runs"
+	@echo "make image          the CPU container images (make image-gpu: the CUDA image)"
 
 setup: $(PROJECT_STAMP) $(MODEL_DIR)/.prepared
 
@@ -118,8 +124,13 @@ $(CLIENTS_STAMP): pyproject.toml | $(PROJECT_STAMP)
 	  --target $(CLIENTS_VENV)/perf-analyzer $(PERF_ANALYZER_WHEELS)
 	@touch $@
 
+# .cache/clients/launch/<tool>: bench/clients.sh, which runs the tool with perf_analyzer on the
+# PATH, its CUDA runtime and this checkout's model folders as tokenizers.
+CLIENT_TOOLS := aiperf genai-perf guidellm perf_analyzer
 .PHONY: clients
 clients: $(CLIENTS_STAMP)
+	@mkdir -p $(CLIENTS_VENV)/launch
+	@for tool in $(CLIENT_TOOLS); do ln -sfn ../../../bench/clients.sh $(CLIENTS_VENV)/launch/$$tool; done
 	@ldconfig -p | grep -q libb64.so.0d || { \
 	  echo "[setup] installing Debian's libb64 for perf_analyzer (apt-get)" && \
 	  $(SUDO) apt-get update -qq && \
@@ -157,6 +168,12 @@ else
 	$(PY) -m bench $(BENCH_ARGS)
 	$(PY) -m bench.realistic $(REALISTIC_ARGS)
 endif
+
+# The results page's summary table and plots (docs/benchmarks/results.md) and the page of every
+# recorded run (docs/benchmarks/runs.md), from benchmarks/runs/ (bench/runs.py).
+.PHONY: bench-report
+bench-report: $(VENV)/.bench-extra
+	$(PY) -m bench.runs
 
 # Container images (docs/deployment.md), built with podman where it is installed, else docker.
 # `make image`: the CPU image and its -with-model tag; `make image-gpu`: the CUDA image.
