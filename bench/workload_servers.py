@@ -16,11 +16,8 @@ from app.paths import PROJECT_ROOT
 from bench.servers import ServerProcess, free_ports, server_env
 from bench.targets import vllm_cli_flags
 
-CPU_BUILD_CLI = (
-    "import sys; from bench.vllm_client import name_the_cpu_build; name_the_cpu_build(); "
-    "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()"
-)
-"""vLLM's CLI (`vllm serve`), runnable with the CPU build too (bench/vllm_client.py)."""
+VLLM_CLI = "vllm.entrypoints.cli.main"
+"""vLLM's CLI (`vllm serve`; with the CPU build, `make setup` makes its version resolvable)."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +110,8 @@ def vllm(spec: ServerSpec, log_dir: Path) -> Endpoint:
     flags = vllm_cli_flags({k: v for k, v in spec.engine_args.items() if k != "model"})
     argv = [
         sys.executable,
-        "-c",
-        CPU_BUILD_CLI,
+        "-m",
+        VLLM_CLI,
         "serve",
         str(spec.model_dir),
         "--served-model-name",

@@ -28,11 +28,8 @@ MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 LABELS = {"model": MODEL, "version": "1"}
 TOOL_TIMEOUT_S = 420
 """One tool's short run on a slow 2-core CPU, its start-up included."""
-VLLM_CLI = (
-    "import sys; from bench.vllm_client import name_the_cpu_build; name_the_cpu_build(); "
-    "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()"
-)
-"""vLLM's own `vllm` command (the CPU build's distribution is not named `vllm`)."""
+VLLM_CLI = "vllm.entrypoints.cli.main"
+"""vLLM's own `vllm` command (with the CPU build, `make setup` makes its version resolvable)."""
 
 
 def missing(tool: Path) -> str | None:
@@ -96,7 +93,7 @@ def run_tool(argv: list[str], log: Path, cwd: Path | None = None, hub_offline: b
 
 
 def vllm_bench_serve(*args: str) -> list[str]:
-    return [sys.executable, "-c", VLLM_CLI, "bench", "serve", *args]
+    return [sys.executable, "-m", VLLM_CLI, "bench", "serve", *args]
 
 
 @dataclass(frozen=True)
