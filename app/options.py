@@ -37,6 +37,7 @@ def lifecycle_options(settings: Settings) -> LifecycleOptions:
         exit_on_error=settings.exit_on_error,
         strict_readiness=settings.strict_readiness,
         allow_instance_pin=settings.allow_instance_pin,
+        max_instances=settings.max_instances_per_model,
     )
 
 

@@ -258,6 +258,12 @@ class SettingsFields(BaseSettings):
         description="For tests: a request may choose which instance of its model serves it, by "
         "the header (or gRPC metadata) 'x-triton-instance: <index>'.",
     )
+    max_instances_per_model: int = Field(
+        64,
+        ge=1,
+        description="Most instances (engines) config.pbtxt's instance_group may give one model "
+        "version; a model asking for more fails to load, naming the group.",
+    )
     reload_in_place: bool = Field(
         False,
         description="A reload stops the old engines before starting the new ones (when there "

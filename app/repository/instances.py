@@ -25,6 +25,8 @@ GROUP = model_config_pb2.ModelInstanceGroup
 ROUTING_PARAMETER = "INSTANCE_ROUTING"
 PREFIX_TOKENS_PARAMETER = "INSTANCE_ROUTING_PREFIX_TOKENS"
 BUSY_MARGIN_PARAMETER = "INSTANCE_ROUTING_BUSY_MARGIN"
+MAX_INSTANCES_PER_MODEL = 64
+"""The most instances (engines) one model version may have, unless the server says otherwise."""
 MULTI_GPU_MESSAGE = (
     "KIND_GPU is currently for single-GPU models, please specify KIND_MODEL in the model's "
     "config.pbtxt for multi-GPU models"
@@ -69,9 +71,16 @@ class ModelInstance:
 
 class HostDevices:
     """The GPUs and cores instances are placed on: given (a test's fake), or read from this
-    host when first needed (NVML only for a KIND_GPU or KIND_AUTO group)."""
+    host when first needed (NVML only for a KIND_GPU or KIND_AUTO group); and how many
+    instances one model version may have here."""
 
-    def __init__(self, gpus: Sequence[str] | None = None, cpus: Sequence[int] | None = None):
+    def __init__(
+        self,
+        gpus: Sequence[str] | None = None,
+        cpus: Sequence[int] | None = None,
+        max_instances: int = MAX_INSTANCES_PER_MODEL,
+    ):
+        self.max_instances = max_instances
         if gpus is not None:
             self.gpus = tuple(gpus)
         if cpus is not None:
@@ -134,14 +143,26 @@ def plan_instances(
     name: str, config: Message, engine_args: Mapping[str, Any], path: Path, devices: HostDevices
 ) -> tuple[ModelInstance, ...]:
     """The instances config.pbtxt (`path`) declares, each placed; a `ModelConfigError` naming
-    the file for a group that cannot be served here."""
+    the file for a group that cannot be served here, or for more instances in all than
+    `devices.max_instances` (before any engine is made)."""
     parallel = int(engine_args.get("tensor_parallel_size", 1)) * int(
         engine_args.get("pipeline_parallel_size", 1)
     )
     groups = list(config.instance_group) or [GROUP(kind=GROUP.KIND_MODEL, count=1)]
     places: list[tuple[InstanceKind, str | None]] = []
+    limit = devices.max_instances
     for number, group in enumerate(groups):
+        if group.count > limit:
+            raise ModelConfigError(
+                f"{path}: instance_group {number}: count must be at most {limit} (this "
+                f"server's MAX_INSTANCES_PER_MODEL), got {group.count}"
+            )
         places += group_places(group, number, parallel, path, devices)
+        if len(places) > limit:
+            raise ModelConfigError(
+                f"{path}: instance_group: more than {limit} instances in all (this server's "
+                f"MAX_INSTANCES_PER_MODEL)"
+            )
     cpu_count = sum(kind is InstanceKind.CPU for kind, _ in places)
     shares = iter(split_cores(devices.cpus, cpu_count) if cpu_count > 1 else [])
     return tuple(

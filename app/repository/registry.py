@@ -15,7 +15,7 @@ from app.paths import PROJECT_ROOT
 from app.repository.engines import Supervision, new_served_model, start_engines, stop_engines
 from app.repository.gc_freeze import thawed_heap
 from app.repository.index import RepositoryEntry, repository_index
-from app.repository.instances import HostDevices
+from app.repository.instances import MAX_INSTANCES_PER_MODEL, HostDevices
 from app.repository.layout import (
     DUPLICATE_REASON,
     REPOSITORY_FILES,
@@ -65,6 +65,8 @@ class LifecycleOptions:
     """The server is ready only while every model is (Triton's --strict-readiness)."""
     allow_instance_pin: bool = False
     """A request may name the instance it runs on (app/core/routing.py's PIN_HEADER)."""
+    max_instances: int = MAX_INSTANCES_PER_MODEL
+    """The most instances (engines) config.pbtxt's `instance_group` may give a model version."""
 
 
 NOT_UNIQUE = "failed to poll model '%s': not unique across all model repositories"
@@ -93,7 +95,7 @@ class ModelRegistry:
         self._check_engine_args = check_engine_args
         self._options = options or LifecycleOptions()
         self._on_unloaded = on_unloaded
-        self._devices = devices or HostDevices()
+        self._devices = devices or HostDevices(max_instances=self._options.max_instances)
         self._models: dict[str, dict[str, ServedModel]] = {}
         self._supervision = Supervision(
             engine_factory, self._options.restart, self._count_restart, self._count_migration
