@@ -16,10 +16,16 @@ from prometheus_fastapi_instrumentator import Instrumentator
 import app as package
 from app.core.service import GenerationService
 from app.grpc.server import GrpcServer
-from app.http.access import CrossSiteGuard, RestrictedApiMiddleware
+from app.http.access import CrossSiteGuard, HostNames, RestrictedApiMiddleware
 from app.http.access_log import AccessLogMiddleware
+from app.http.connections import ConnectionLimits
 from app.http.errors import ErrorBodies, install_error_handlers
-from app.http.middleware import ApiKeyMiddleware, BodySizeLimitMiddleware, FrontendProcessHeader
+from app.http.middleware import (
+    ApiKeyMiddleware,
+    BodyDeadlineMiddleware,
+    BodySizeLimitMiddleware,
+    FrontendProcessHeader,
+)
 from app.http.trace_context import TraceContextMiddleware
 from app.http.transport import HttpTransport
 from app.multiprocess.link import FrontendProcessLink, SharedModelRegistry
@@ -244,7 +250,12 @@ def create_app(
         settings.http_ssl_certfile,
         settings.http_ssl_keyfile,
         settings.http_ssl_ca_certs,
-        settings.http_header_timeout_seconds,
+        ConnectionLimits(
+            settings.http_header_timeout_seconds,
+            settings.max_request_header_bytes,
+            settings.http_body_timeout_seconds,
+            settings.max_http_connections,
+        ),
         settings.http_keep_alive_seconds,
     )
     errors = ErrorBodies()
@@ -280,8 +291,8 @@ def create_app(
 
 
 def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> None:
-    """Outermost first: access log, CORS, the cross-site guard, body size limit, API keys,
-    restricted API groups (the last one added runs first)."""
+    """Outermost first: access log, CORS, the cross-site guard, body deadline and size limit,
+    API keys, restricted API groups (the last one added runs first)."""
     restrictions = settings.http_restrictions()
     if restrictions.by_group:
         app.add_middleware(RestrictedApiMiddleware, restrictions=restrictions, errors=errors)
@@ -305,7 +316,15 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors
     )
-    app.add_middleware(CrossSiteGuard, allowed_origins=settings.cors_allow_origins, errors=errors)
+    app.add_middleware(
+        BodyDeadlineMiddleware, timeout=settings.http_body_timeout_seconds, errors=errors
+    )
+    app.add_middleware(
+        CrossSiteGuard,
+        allowed_origins=settings.cors_allow_origins,
+        hosts=HostNames(settings.allowed_hosts),
+        errors=errors,
+    )
     if settings.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware,

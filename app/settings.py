@@ -44,7 +44,7 @@ class Settings(SettingsFields):
         )
         return min(cores // 4, 8) if has_gpu and cores >= 8 else 1
 
-    @field_validator("api_keys", "cors_allow_origins", mode="before")
+    @field_validator("api_keys", "cors_allow_origins", "allowed_hosts", mode="before")
     @classmethod
     def split_commas(cls, value: object) -> object:
         """`API_KEYS=a,b` as well as a list (a JSON list, from TOML or code)."""

@@ -213,6 +213,31 @@ class SettingsFields(BaseSettings):
         "longer than the idle timeouts of common clients and load balancers (60 s), so that "
         "they close it first and never send a request on a connection the server is closing.",
     )
+    http_body_timeout_seconds: float = Field(
+        60,
+        gt=0,
+        description="A request's whole body must arrive within this time of its headers, or "
+        "the request is answered 408 and the connection closed.",
+    )
+    max_request_header_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest request line and headers of an HTTP request; larger ones are "
+        "refused 431 as they arrive.",
+    )
+    max_http_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open HTTP connections; one more closes the one waiting longest on its "
+        "client (idle, or slow to send its request). Keep it below the open-file limit.",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Names of this server that a browser may reach it by (comma-separated; "
+        "'.example.com' takes its subdomains too, '*' any name), beside IP addresses, "
+        "localhost and the host's own name. Browser requests to another Host are refused 403 "
+        "(DNS rebinding); other clients are not affected.",
+    )
     engine_restart: bool = Field(
         True, description="Replace a failed engine (restarts with exponential backoff)."
     )

@@ -8,8 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from app.errors import (
     ForbiddenError,
@@ -27,6 +28,7 @@ from app.errors import (
     UnsupportedMediaTypeError,
 )
 from app.http.access_log import current_request
+from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.schemas.validation import format_validation_errors
 
 STATUS_BY_ERROR: dict[type[ServerError], int] = {
@@ -130,6 +132,12 @@ def install_error_handlers(app: FastAPI, bodies: ErrorBodies = TRITON_ERRORS) ->
         error = ServerError(str(exc.detail))
         return error_response(error, request.url.path, bodies, exc.status_code, exc.headers)
 
+    async def client_left(request: Request, exc: Exception) -> Response:
+        """The client left while its body was read: the access log's line (499) says so; no
+        traceback."""
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
     app.add_exception_handler(ServerError, server_error)
+    app.add_exception_handler(ClientDisconnect, client_left)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -1,7 +1,9 @@
-"""Pure ASGI middleware (streaming-safe): request body size limit and API-key authentication."""
+"""Pure ASGI middleware (streaming-safe): request body size limit and deadline, API-key
+authentication."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 from collections.abc import Iterable
@@ -9,8 +11,11 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PayloadTooLargeError, UnauthorizedError
+from app.errors import PayloadTooLargeError, ServerError, UnauthorizedError
+from app.http.access_log import current_request
 from app.http.errors import TRITON_ERRORS, ErrorBodies, error_response
+
+REQUEST_TIMEOUT = 408
 
 
 class BodySizeLimitMiddleware:
@@ -53,6 +58,67 @@ class BodySizeLimitMiddleware:
             if started:
                 raise
             await error_response(too_large, scope["path"], self.errors)(scope, receive, send)
+
+
+class BodyTooSlow(Exception):
+    """The request's body did not all arrive in time (raised to the app by `receive`)."""
+
+
+class BodyDeadlineMiddleware:
+    """Answer 408, closing the connection, when a request's body has not all arrived
+    `timeout` seconds after its head (a client trickling its body cannot hold a connection
+    and a running request). Whatever the app answers after the deadline is dropped for the
+    408; reading after the body (a wait for the client to leave) has no deadline."""
+
+    def __init__(self, app: ASGIApp, timeout: float, errors: ErrorBodies = TRITON_ERRORS) -> None:
+        self.app = app
+        self.timeout = timeout
+        self.errors = errors
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        arrived = timed_out = started = False
+
+        async def receive_in_time() -> Message:
+            nonlocal arrived, timed_out
+            if arrived:
+                return await receive()
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), max(remaining, 0))
+            except asyncio.TimeoutError:
+                timed_out = True
+                raise BodyTooSlow() from None
+            arrived = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def send_unless_timed_out(message: Message) -> None:
+            nonlocal started
+            if timed_out and not started:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive_in_time, send_unless_timed_out)
+        except Exception:
+            if not timed_out or started:
+                raise
+        if timed_out and not started:
+            await self.answer_too_slow(scope, receive, send)
+
+    async def answer_too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = ServerError(f"the request body did not arrive within {self.timeout:g} s")
+        record = current_request.get()
+        if record is not None:
+            record.error = error.message
+        response = error_response(
+            error, scope["path"], self.errors, REQUEST_TIMEOUT, {"Connection": "close"}
+        )
+        await response(scope, receive, send)
 
 
 class ApiKeyMiddleware:

@@ -219,7 +219,12 @@ def test_api_keys_and_restricted_groups_both_apply_over_grpc(repository: Path) -
 def test_state_changing_routes_refuse_other_origins_pages(
     make_client: Callable[..., TestClient], headers: dict[str, str], status: int
 ) -> None:
-    client = make_client(FakeEngine(), **EXPLICIT_CONTROL, cors_allow_origins="https://ui.example")
+    client = make_client(
+        FakeEngine(),
+        **EXPLICIT_CONTROL,
+        cors_allow_origins="https://ui.example",
+        allowed_hosts="testserver",  # TestClient's Host, as the server's name
+    )
     response = client.post(
         "/v2/repository/models/fake/load", content=b"{}" if headers else b"", headers=headers
     )
@@ -261,6 +266,7 @@ def test_every_other_state_changing_route_refuses_other_origins_pages(
         **EXPLICIT_CONTROL,
         cors_allow_origins="https://ui.example",
         vllm_allow_runtime_lora_updating=True,
+        allowed_hosts="testserver",
     )
     adapters = engine.openai_serving.utility.adapters
     if path == "/v1/unload_lora_adapter":
