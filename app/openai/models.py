@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.errors import InvalidRequestError, ModelNotFoundError
@@ -145,19 +146,34 @@ def is_unique(registry: ModelRegistry, adapter: str) -> bool:
 
 def model_card(model_id: str, target: Target, parent: str | None = None) -> dict[str, Any]:
     """An OpenAI model object, with vLLM's extra fields (root, parent, max_model_len)."""
-    spec = target.model.spec
-    root = spec.engine_args.get("model")
-    if target.adapter:
-        root = (spec.loras or {}).get(target.adapter, target.adapter)
     return {
         "id": model_id,
         "object": "model",
         "created": int(time.time()),
         "owned_by": OWNER,
-        "root": None if root is None else str(root),
+        "root": model_root(target),
         "parent": parent,
         "max_model_len": target.model.engine.max_model_len or None,
     }
+
+
+def model_root(target: Target) -> str | None:
+    """What the model (or adapter) was made from, as `vllm serve` shows it: a Hugging Face id
+    as given; a folder of the model repository by its path in it; any other folder of the
+    server by the model's (or adapter's) name, never its path on the server."""
+    spec = target.model.spec
+    if target.adapter:
+        source: object = (spec.loras or {}).get(target.adapter, target.adapter)
+        name = target.adapter
+    else:
+        source, name = spec.engine_args.get("model"), spec.name
+    if source is None:
+        return None
+    path = Path(str(source))
+    if not path.is_absolute():
+        return str(source)
+    repository = spec.version_path.parent.parent
+    return str(path.relative_to(repository)) if path.is_relative_to(repository) else name
 
 
 def model_card_for(registry: ModelRegistry, model_id: str) -> dict[str, Any]:
