@@ -1,13 +1,16 @@
 """Triton's generate extension: `generate` and `generate_stream`, with and without a version,
-plus a GET `generate_stream` for browsers' `EventSource`."""
+plus a GET `generate_stream` for browsers' `EventSource`; and KServe's `infer`, which Triton
+refuses for the backend's models (decoupled)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
-from app.errors import ServerError
+from app.errors import NotSupportedError, ServerError
 from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep, SettingsDep
 from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.repository.served_model import ServedModel
@@ -18,9 +21,11 @@ from app.routes.openapi_examples import (
     EVENT_SOURCE_RESPONSE,
     GENERATE_REQUEST_BODY,
     GENERATE_RESPONSE,
+    NOT_FOUND,
     QUERY_EXAMPLES,
     STREAM_REQUEST_BODY,
     STREAM_RESPONSE,
+    error_response,
 )
 from app.routes.query import generate_request_from_query, query_parameters_openapi
 from app.routes.responses import GenerationContext, open_responses
@@ -42,6 +47,13 @@ ONE_RESPONSE = StreamPolicy(
     default=False, refusal="stream: streaming is not supported by /generate; use /generate_stream"
 )
 STREAM = StreamPolicy(default=True)
+DECOUPLED_INFER_MESSAGE = "HTTP end point doesn't support models with decoupled transaction policy"
+"""Triton's answer (501) to `infer` on a decoupled model, as every model of its vLLM backend
+is (gRPC's ModelInfer has its own text: app/grpc/status.py)."""
+INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    501: error_response("The model is decoupled: use generate", DECOUPLED_INFER_MESSAGE),
+    **NOT_FOUND,
+}
 
 
 @router.post(
@@ -193,3 +205,21 @@ async def event_stream(
 def accepts_event_stream(request: Request) -> bool:
     """True for an `EventSource` (it always sends `Accept: text/event-stream`)."""
     return "text/event-stream" in request.headers.get("accept", "")
+
+
+@router.post(
+    "/v2/models/{model_name}/infer",
+    summary="KServe inference: refused, as Triton does for its vLLM models (use generate)",
+    response_class=Response,
+    responses=INFER_RESPONSES,
+)
+@router.post(
+    "/v2/models/{model_name}/versions/{model_version}/infer",
+    summary="KServe inference of a model version: refused (use generate)",
+    response_class=Response,
+    responses=INFER_RESPONSES,
+)
+async def infer(model_name: str, registry: RegistryDep, model_version: str | None = None) -> None:
+    """Triton's answer for a decoupled model (404 for an unknown one); the body is not read."""
+    registry.get(model_name, model_version)
+    raise NotSupportedError(DECOUPLED_INFER_MESSAGE)
