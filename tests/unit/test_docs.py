@@ -137,15 +137,18 @@ def test_playground_page_and_its_assets(client: TestClient) -> None:
     assert client.get("/static/nothing.js").status_code == 404
 
 
-def test_the_documentation_site_builds_strictly_offline(tmp_path: Path) -> None:
-    """mkdocs --strict: every link and anchor resolves, every page is in the navigation."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documentation site, built offline with mkdocs --strict: every link and anchor
+    resolves, every page is in the navigation."""
     if importlib.util.find_spec("mkdocs") is None:
         pytest.fail(
             "mkdocs is missing: `make test` installs it (the project's docs extra)", pytrace=False
         )
+    folder = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HF_HUB_OFFLINE": "1"}
     build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
@@ -153,7 +156,43 @@ def test_the_documentation_site_builds_strictly_offline(tmp_path: Path) -> None:
         timeout=300,
     )
     assert build.returncode == 0, build.stderr[-4000:]
-    assert (tmp_path / "site" / "architecture" / "index.html").exists()
+    return folder
+
+
+def test_the_documentation_site_builds_strictly_offline(site: Path) -> None:
+    assert (site / "architecture" / "index.html").exists()
+
+
+LOADED = re.compile(r"<(script|img|link|iframe|source)\b[^>]*?\b(?:src|href)=[\"']([^\"']+)[\"']")
+"""What a page makes the browser fetch: scripts, images, stylesheets and icons, frames."""
+
+
+def test_no_page_loads_anything_from_elsewhere(site: Path) -> None:
+    """No script, stylesheet, font or image from a CDN: the site renders offline."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        for tag, url in LOADED.findall(page.read_text()):
+            assert not re.match(r"(https?:)?//", url), (page.relative_to(site), tag, url)
+
+
+def test_the_diagrams_render_with_the_sites_own_mermaid(site: Path) -> None:
+    """The theme fetches Mermaid from a CDN unless the page already has it: every page loads
+    the copy in docs/assets, and the architecture page's diagram is there for it to draw."""
+    html = (site / "architecture" / "index.html").read_text()
+    assert '<pre class="mermaid"><code>flowchart LR' in html
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    local = [url for url in scripts if url.endswith("assets/vendor/mermaid/mermaid.min.js")]
+    assert local, scripts
+    bundle = (site / "architecture" / local[0]).resolve()
+    assert bundle.stat().st_size > 1_000_000
+    assert (
+        bundle.read_bytes()
+        .rstrip()
+        .endswith(
+            b'globalThis["mermaid"] = globalThis.__esbuild_esm_mermaid_nm["mermaid"].default;'
+        )
+    )
 
 
 def test_the_architecture_picture_names_only_code_that_exists() -> None:
