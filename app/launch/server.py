@@ -132,7 +132,7 @@ def serve(
     sockets: list[socket.socket] | None = None,
     supervised: bool = False,
 ) -> None:
-    """Serve until stopped (with the app's `HttpTransport`: TLS, header deadline); on
+    """Serve until stopped (with the app's `HttpTransport`: TLS, connection limits); on
     `sockets` already bound if given. `supervised`: a frontend process of several, whose
     supervisor forwards the signals (see `DrainingServer`). Once stopped, the heap is frozen:
     the interpreter's exit then skips collecting it (seconds, with torch and vLLM loaded)."""
