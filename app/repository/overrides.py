@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +16,7 @@ from tritonclient.grpc import model_config_pb2
 
 from app.errors import InvalidRequestError
 from app.repository.layout import CONFIG_FILE, Provenance
+from app.security.uploaded_files import check_uploaded_files
 
 CONFIG_PARAMETER = "config"
 FILE_PREFIX = "file:"
@@ -128,21 +128,31 @@ def override_path(key: str) -> PurePosixPath:
     return path
 
 
-@asynccontextmanager
-async def materialise(model_dir: Path, override: ModelOverride | None) -> AsyncIterator[Path]:
-    """The model folder to load from: the repository's, or a temporary one holding the
-    override's config and files (or links to the repository's version folders when only
-    the config is overridden), written off the event loop. Removed when the load is done."""
-    if override is None:
-        yield model_dir
-        return
+@dataclass(frozen=True)
+class OverrideFolder:
+    """A load request's model folder, written to a temporary folder (`root`): kept while the
+    model it loaded is served, since a failed engine restarts from it; removed after."""
+
+    root: Path
+    path: Path
+    """The model folder inside `root`, named as the model."""
+
+    async def remove(self) -> None:
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+
+
+async def write_override_folder(model_dir: Path, override: ModelOverride) -> OverrideFolder:
+    """A temporary model folder holding the override's config and files (or links to the
+    repository's version folders when only the config is overridden), written and checked
+    off the event loop; removed again if that fails."""
     root = Path(tempfile.mkdtemp(prefix=OVERRIDE_FOLDER_PREFIX))
+    folder = OverrideFolder(root, root / model_dir.name)
     try:
-        folder = root / model_dir.name
-        await asyncio.to_thread(write_override, folder, model_dir, override)
-        yield folder
-    finally:
-        await asyncio.to_thread(shutil.rmtree, root, True)
+        await asyncio.to_thread(write_override, folder.path, model_dir, override)
+    except BaseException:
+        await folder.remove()
+        raise
+    return folder
 
 
 def write_override(folder: Path, model_dir: Path, override: ModelOverride) -> None:
@@ -156,6 +166,7 @@ def write_override(folder: Path, model_dir: Path, override: ModelOverride) -> No
             target = folder / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
+        check_uploaded_files(folder)
         return
     for version in model_dir.iterdir():
         if version.is_dir() and version.name.isdigit():

@@ -25,7 +25,12 @@ from app.repository.layout import (
     load_model,
     model_folders,
 )
-from app.repository.overrides import ModelOverride, OverrideLimits, materialise
+from app.repository.overrides import (
+    ModelOverride,
+    OverrideFolder,
+    OverrideLimits,
+    write_override_folder,
+)
 from app.repository.served_model import ModelState, ServedModel
 from app.repository.supervision import EngineFactory, EngineSupervisor, RestartPolicy
 from app.security.redaction import client_message
@@ -105,6 +110,8 @@ class ModelRegistry:
         """Models that failed to load at start and have not loaded since (strict readiness;
         as in Triton, a model in two repositories is not one: it was never tried)."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self._override_folders: dict[str, OverrideFolder] = {}
+        """The folder a load request's override was written to, per model loaded from one."""
         self.restarts: dict[tuple[str, str], int] = {}
         """Engine restarts per (model, version) since the server started."""
         self.migrations: dict[tuple[str, str], int] = {}
@@ -277,8 +284,10 @@ class ModelRegistry:
             await self._load(name, folders[name], override)
 
     async def _load(self, name: str, folder: Path, override: ModelOverride | None) -> None:
-        async with materialise(folder, override) as model_dir:
+        staged = await write_override_folder(folder, override) if override is not None else None
+        try:
             provenance = override.provenance if override is not None else REPOSITORY_FILES
+            model_dir = staged.path if staged is not None else folder
             specs = load_model(
                 model_dir, folder.parent, self._check_engine_args, provenance, self._devices
             )
@@ -288,8 +297,24 @@ class ModelRegistry:
             else:
                 await self._retire(current, ModelState.UNLOADING)
                 await self._load_fresh(name, specs)
+        except BaseException:
+            if staged is not None:
+                await staged.remove()
+            if name not in self._models:  # its engines stopped: a reload in place failed
+                await self._replace_override_folder(name, None)
+            raise
+        await self._replace_override_folder(name, staged)
         self._reasons.pop(name, None)
         self._reasons_at_start.discard(name)
+
+    async def _replace_override_folder(self, name: str, staged: OverrideFolder | None) -> None:
+        """Keep `staged` (None: no folder) for `name`, whose engines now run from it; remove
+        the folder its engines ran from before."""
+        previous = self._override_folders.pop(name, None)
+        if staged is not None:
+            self._override_folders[name] = staged
+        if previous is not None:
+            await previous.remove()
 
     async def _reload_beside(
         self, name: str, specs: list[ModelSpec], current: list[ServedModel]
@@ -325,6 +350,7 @@ class ModelRegistry:
         served_versions = self.versions(name)
         await self._retire(served_versions, ModelState.UNLOADING)
         self._models.pop(name, None)
+        await self._replace_override_folder(name, None)
         self._reasons[name] = "unloaded"
         self._reasons_at_start.discard(name)
         if self._on_unloaded is not None:
@@ -351,10 +377,13 @@ class ModelRegistry:
         )
 
     async def shutdown(self) -> None:
-        """Stop every engine; one failing to stop does not keep the others running."""
+        """Stop every engine (one failing to stop does not keep the others running); remove
+        the folders of load overrides."""
         served_versions = list(self)
         await self._supervision.stop(served_versions)
         await stop_engines(served_versions)
+        for name in list(self._override_folders):
+            await self._replace_override_folder(name, None)
 
     @asynccontextmanager
     async def _change(self, name: str) -> AsyncIterator[None]:

@@ -210,7 +210,7 @@ def test_a_grpc_load_over_the_byte_limit_is_refused(repository: Path) -> None:
     )
 
 
-def test_the_override_folder_is_removed_after_a_load_that_succeeds_or_fails(
+def test_the_override_folder_is_kept_while_its_model_is_loaded_and_removed_after(
     repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     temporary = tmp_path / "tmp"
@@ -222,9 +222,34 @@ def test_the_override_folder_is_removed_after_a_load_that_succeeds_or_fails(
         client = start(create_app(settings, engine_factory=engines))
         assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
         assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 400
-    loaded, failed = (spec.version_path for spec in engines.made[1:])
-    assert loaded.is_relative_to(temporary) and failed.is_relative_to(temporary)
+        loaded, failed = (spec.version_path for spec in engines.made[1:])
+        assert loaded.is_dir() and not failed.exists()
+        assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
+        assert not loaded.exists() and engines.made[-1].version_path.is_dir()
+        assert client.post(LOAD).status_code == 200
+        assert not list(temporary.iterdir())
+        assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
+        assert client.post("/v2/repository/models/fake/unload").status_code == 200
+        assert not list(temporary.iterdir())
+        assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
     assert not list(temporary.iterdir())
+
+
+def test_a_failed_reload_in_place_removes_the_folder_its_stopped_engines_ran_from(
+    repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    engines = Engines(FakeEngine(), FakeEngine(), FakeEngine(start_error=RuntimeError("no")))
+    settings = Settings(model_repository=[repository], reload_in_place=True, **EXPLICIT_CONTROL)
+    with started_clients() as start:
+        client = start(create_app(settings, engine_factory=engines))
+        assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 200
+        assert len(list(temporary.iterdir())) == 1
+        assert client.post(LOAD, json=upload({"model": "weights"})).status_code == 400
+        assert client.get("/v2/models/fake/ready").status_code == 404
+        assert not list(temporary.iterdir())
 
 
 def test_load_errors_name_no_server_path(explicit: TestClient, repository: Path) -> None:
