@@ -47,6 +47,8 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_tokens=settings.max_tokens_limit,
         max_n=settings.max_n,
         max_stop=settings.max_stop,
+        max_stop_bytes=settings.max_stop_bytes,
+        max_grammar_bytes=settings.max_grammar_bytes,
         max_token_ids=settings.max_token_ids,
         max_images=settings.max_images,
         max_image_pixels=settings.max_image_pixels,

@@ -144,6 +144,15 @@ class SettingsFields(BaseSettings):
     )
     max_n: int = Field(16, ge=1, description="Largest n a request may ask.")
     max_stop: int = Field(64, ge=0, description="Stop strings and bad words one request may give.")
+    max_stop_bytes: int = Field(
+        16384, ge=0, description="UTF-8 bytes of one request's stop strings and bad words together."
+    )
+    max_grammar_bytes: int = Field(
+        65536,
+        ge=0,
+        description="Bytes of one request's grammar as JSON text (structured_outputs, "
+        "response_format, guided_*, forced tools).",
+    )
     max_token_ids: int = Field(
         4096, ge=0, description="Entries of one token-id list (allowed_token_ids, logit_bias, ...)."
     )

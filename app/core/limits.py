@@ -15,7 +15,20 @@ from app.core.types import GenerationRequest, InferenceEngine
 from app.errors import InvalidRequestError
 
 STOP_FIELDS = ("stop", "bad_words")
-"""Strings matched against the output at every step."""
+"""Strings matched against the output at every step (bad words tokenized first)."""
+GRAMMAR_FIELDS = (
+    "structured_outputs",
+    "guided_decoding",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structural_tag",
+    "response_format",
+)
+"""Fields that become a grammar the engine compiles (vLLM's names, old and new, and OpenAI's)."""
+FORCED_TOOL_CHOICES = ("required",)
+"""An OpenAI `tool_choice` that makes the tools' parameters a grammar (as a named tool does)."""
 TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids", "logit_bias", "logprob_token_ids")
 """Lists (or maps) of token ids."""
 MAX_NAME_LENGTH = 256
@@ -30,6 +43,10 @@ class RequestLimits:
     max_n: int | None = None
     max_stop: int | None = 64
     """Stop strings (and bad words) in one request."""
+    max_stop_bytes: int | None = 16384
+    """UTF-8 bytes of a request's stop strings and bad words together."""
+    max_grammar_bytes: int | None = 65536
+    """Bytes of a request's grammar as JSON text (schema, regex, grammar, choices...)."""
     max_token_ids: int | None = 4096
     """Entries of each token-id list: stop_token_ids, allowed_token_ids, logit_bias..."""
     max_images: int | None = 16
@@ -79,6 +96,63 @@ def check_sampling(
         check_count(f"{prefix}{field}", stops, limits.max_stop, "stop strings and bad words")
     for name in TOKEN_ID_FIELDS:
         check_count(f"{prefix}{name}", count_of(sampling.get(name)), limits.max_token_ids)
+    check_bytes(
+        prefix, sampling, STOP_FIELDS, limits.max_stop_bytes, "stop strings and bad words are"
+    )
+    grammar = grammar_fields(sampling)
+    check_bytes(prefix, sampling, grammar, limits.max_grammar_bytes, "the grammar is")
+
+
+def grammar_fields(sampling: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields of `sampling` that the engine compiles into a grammar."""
+    tool_choice = sampling.get("tool_choice")
+    forced = isinstance(tool_choice, dict) or tool_choice in FORCED_TOOL_CHOICES
+    return (*GRAMMAR_FIELDS, "tools") if forced else GRAMMAR_FIELDS
+
+
+def check_bytes(
+    prefix: str, sampling: Mapping[str, Any], fields: tuple[str, ...], limit: int | None, what: str
+) -> None:
+    """Refuse fields whose JSON text together is over `limit` bytes, naming the field where
+    the total went over: counted no further than the limit, so a huge value costs no more."""
+    if limit is None:
+        return
+    total = 0
+    for name in fields:
+        value = sampling.get(name)
+        if value is None:
+            continue
+        total += json_size(value, limit - total)
+        if total > limit:
+            raise InvalidRequestError(
+                f"{prefix}{name}: {what} over this server's limit of {limit} bytes",
+                param=f"{prefix}{name}",
+            )
+
+
+def json_size(value: Any, budget: int) -> int:
+    """The bytes of `value` as JSON text (UTF-8, strings with their quotes), counted until
+    they pass `budget`: then some count above it."""
+    size = 0
+    stack = [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += 2 + (len(item) if item.isascii() else len(item.encode(errors="replace")))
+        elif isinstance(item, dict):
+            size += 1 + 2 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += 1 + len(item)
+            stack.extend(item)
+        elif isinstance(item, bool) or item is None:
+            size += 5
+        elif isinstance(item, int) and abs(item) >= 10**20:
+            size += budget + 1  # a number as long as this is no grammar's
+        else:
+            size += len(str(item))
+    return size
 
 
 def check_limits(values: dict[str, tuple[int | None, int | None]]) -> None:

@@ -68,6 +68,8 @@ class LimitCase:
     parameters: Callable[[int], dict[str, Any]]
     message: str
     images: Callable[[], list[str]] | None = None
+    in_url: bool = True
+    """A URL's query can carry it (one holds less than a grammar limit's bytes)."""
 
     def expected(self, many: int) -> str:
         return self.message.format(many=many)
@@ -115,6 +117,28 @@ CASES = [
         "parameters.logprob_token_ids: ",
     ),
     LimitCase(
+        "stop_bytes",
+        lambda many: {"stop": ["x" * many * 10]},
+        "parameters.stop: stop strings and bad words are over this server's limit of 16384",
+    ),
+    LimitCase(
+        "bad_words_bytes",
+        lambda many: {"stop": ["no"], "bad_words": ["x" * many * 10]},
+        "parameters.bad_words: stop strings and bad words are over",
+    ),
+    LimitCase(
+        "grammar_choice",
+        lambda many: {"structured_outputs": {"choice": ["an option"] * many}},
+        "parameters.structured_outputs: the grammar is over this server's limit of 65536",
+        in_url=False,
+    ),
+    LimitCase(
+        "grammar_as_text",
+        lambda many: {"guided_decoding": json.dumps({"json": {"enum": list(range(many))}})},
+        "parameters.guided_decoding: the grammar is over",
+        in_url=False,
+    ),
+    LimitCase(
         "lora_name",
         lambda many: {"lora_name": "a" * many},
         "parameters.lora_name: a name of {many} characters",
@@ -132,7 +156,7 @@ CASES = [
         lambda: [png(5000, 5000)],
     ),
 ]
-URL_CASES = [case for case in CASES if case.images is None]
+URL_CASES = [case for case in CASES if case.images is None and case.in_url]
 """The cases an `EventSource` URL can carry (its query takes no images)."""
 
 
@@ -275,6 +299,24 @@ OPENAI_CASES = [
     ("best_of_as_text", {"best_of": "2"}, "best_of: not supported"),
     ("stop", {"stop": ["x"] * MANY}, f"stop: {MANY} stop strings and bad words"),
     ("bad_words", {"bad_words": ["x"] * MANY}, "bad_words: "),
+    ("bad_words_bytes", {"bad_words": ["x" * 7_000_000]}, "bad_words: stop strings and bad"),
+    ("stop_bytes", {"stop": "x" * 20_000}, "stop: stop strings and bad words are over"),
+    (
+        "choice",
+        {"structured_outputs": {"choice": [f"option {i}" for i in range(MANY)]}},
+        "structured_outputs: the grammar is over this server's limit of 65536 bytes",
+    ),
+    ("guided_regex", {"guided_regex": "a|" * MANY}, "guided_regex: the grammar is over"),
+    (
+        "response_format",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"enum": list(range(MANY))}},
+            }
+        },
+        "response_format: the grammar is over",
+    ),
     ("stop_token_ids", {"stop_token_ids": [1] * MANY}, "stop_token_ids: "),
     ("allowed_token_ids", {"allowed_token_ids": list(range(MANY))}, "allowed_token_ids: "),
     ("logit_bias", {"logit_bias": {str(i): 1.0 for i in range(MANY)}}, "logit_bias: "),
@@ -343,3 +385,13 @@ def test_openai_model_ids_are_bounded_before_they_are_looked_up(served: GrpcApp)
         == "model: a name of 100000 characters is longer than 256"
     )
     assert server_ms < SERVER_TIME_LIMIT_MS and probe.worst < PROBE_LIMIT_S
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "f"}}]
+)
+async def test_forced_tool_calls_are_grammars_and_bounded(tool_choice: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"enum": [1] * MANY}}}]
+    body = {**OPENAI_BODIES["create_chat_completion"], "tools": tools, "tool_choice": tool_choice}
+    error, _ = await refusal_seconds("create_chat_completion", body)
+    assert error.message == "tools: the grammar is over this server's limit of 65536 bytes"
