@@ -14,6 +14,9 @@ from app.security.redaction import without_dumps
 
 UNHEALTHY_MESSAGE = "Model is unavailable due to unhealthy vLLM engine"
 """The Triton vLLM backend's text for a request to a model whose engine has failed."""
+ENGINE_FAULT_MESSAGE = (
+    "The engine failed twice while running this request; it was not resumed again"
+)
 
 
 class ServerError(Exception):
@@ -84,6 +87,14 @@ class ModelControlDisabledError(ModelUnavailableError):
 
 class OverloadedError(ModelUnavailableError):
     """Too many requests are admitted already; the client should retry later."""
+
+
+class EngineFaultError(ServerError):
+    """The engine died twice while running the request: it is not resumed a third time, as
+    it may be what kills the engine (a server fault: HTTP 500)."""
+
+    def __init__(self, message: str = ENGINE_FAULT_MESSAGE) -> None:
+        super().__init__(message)
 
 
 class RequestTimeoutError(ServerError):

@@ -67,6 +67,13 @@ class SettingsFields(BaseSettings):
         description="How long running requests may finish on unload or shutdown (Triton's "
         "--exit-timeout-secs); the rest are aborted.",
     )
+    shutdown_grace_seconds: float = Field(
+        8,
+        ge=0,
+        description="After the drain timeout, how long the rest of a stop (engines stopping) "
+        "may take: past it the server kills the processes it started and exits 1, whatever "
+        "its engines are doing (hung, loading, restarting).",
+    )
     exit_on_error: bool = Field(
         True,
         description="Exit when a model fails to load at start (Triton's --exit-on-error); "

@@ -119,7 +119,7 @@ async def triton_sse(
             if response.status_code != 200:
                 await response.aread()
                 return ended(outcome, response.status_code, response.text)
-            async for frame in data_frames(response.aiter_lines()):
+            async for frame in data_frames(sse_lines(response)):
                 if "error" in frame:
                     outcome.error = str(frame["error"])
                     break
@@ -150,7 +150,7 @@ async def openai_completion(
             if response.status_code != 200:
                 await response.aread()
                 return ended(outcome, response.status_code, response.text)
-            async for frame in data_frames(response.aiter_lines()):
+            async for frame in data_frames(sse_lines(response)):
                 if "error" in frame:
                     outcome.error = json.dumps(frame["error"])
                     break
@@ -237,6 +237,20 @@ def ended(outcome: Outcome, status: int, body: str) -> Outcome:
         outcome.error = f"HTTP {status}: {body[:200]}"
     outcome.end = time.perf_counter()
     return outcome
+
+
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """A server-sent event stream's lines, split where SSE splits them (CR, LF, CRLF) only:
+    httpx's `aiter_lines` also splits at the Unicode line breaks (U+2028, U+0085...) that a
+    sampled token may put raw inside an event's JSON."""
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        *lines, pending = pending.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
 
 
 async def data_frames(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:

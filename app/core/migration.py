@@ -58,8 +58,9 @@ class RequestProgress:
 
     A request resumes from the tokens its client received: each unfinished completion goes
     on as its own request (prompt + its tokens, the tokens it has left, the same sampling
-    settings, the seed offset by the tokens produced). One that has not produced a token
-    since it last resumed does not resume again: the engine died on it twice.
+    settings, the seed offset by the tokens produced). It resumes once: a request that was
+    running at each of two engine deaths in a row may be what kills the engine, and ends with
+    an error instead of meeting the next replacement.
     """
 
     def __init__(
@@ -71,7 +72,6 @@ class RequestProgress:
         self.seed = seed
         self.prompt_token_ids: list[int] | None = None
         self.resumes = 0
-        self._tokens_at_resume = 0
 
     @property
     def produced(self) -> int:
@@ -94,8 +94,8 @@ class RequestProgress:
         return completion.cumulative_logprob
 
     def can_resume(self) -> bool:
-        """False once the engine died twice on this request without a token in between."""
-        return self.resumes == 0 or self.produced > self._tokens_at_resume
+        """False once the request has resumed: the engine died on it twice."""
+        return self.resumes == 0
 
     def restarts_whole(self) -> bool:
         """Nothing was produced yet: the request starts again exactly as it was given."""
@@ -120,6 +120,5 @@ class RequestProgress:
     def resumed(self) -> None:
         """The request moved on to another engine."""
         self.resumes += 1
-        self._tokens_at_resume = self.produced
         for completion in self.completions:
             completion.logprob_base = completion.cumulative_logprob or 0.0

@@ -16,6 +16,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.migration import EngineHandover, RequestProgress, Resumption
+from app.errors import EngineFaultError
 
 logger = logging.getLogger(__name__)
 
@@ -154,10 +155,7 @@ class ResumingRequest:
 
     def _resumable(self) -> bool:
         """A request whose outputs depend on state the engine keeps beyond its tokens (a
-        grammar, images, a thinking budget) resumes only while it has produced nothing. One the
-        engine died on twice without a token in between does not resume at all."""
-        if not self._progress.can_resume():
-            return False
+        grammar, images, a thinking budget) resumes only while it has produced nothing."""
         if self._progress.restarts_whole():
             return True
         if self._progress.prompt_token_ids is None:
@@ -173,7 +171,15 @@ class ResumingRequest:
     async def _successor(self, failed: ResumableEngine, error: EngineDeadError) -> ResumableEngine:
         """The engine that replaced `failed`, or the request's error when it cannot resume."""
         handover = failed.handover
-        if handover is None or not self._resumable():
+        if handover is None:
+            raise error
+        if not self._progress.can_resume():
+            logger.error(
+                "request %s: its engine died again while running it; it is not resumed again",
+                self._request_id,
+            )
+            raise EngineFaultError() from error
+        if not self._resumable():
             raise error
         logger.warning(
             "request %s: its engine died; it waits for the replacement engine (%d tokens produced)",

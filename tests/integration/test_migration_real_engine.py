@@ -7,10 +7,14 @@ spent, requests end with the backend's error and liveness fails, as without migr
 Through the kill: Triton SSE and gRPC streams, a non-streaming gRPC request, OpenAI
 completion streams, n = 2 requests streamed (OpenAI chat) and whole (Triton HTTP, OpenAI).
 
-One server for the module (the tests run in order: two restarts are allowed, each test
-uses one): the default model with LoRA enabled and an adapter made here. The LoRA streams
-run in the second test: batched with a LoRA request, vLLM's CPU engine gives the other
-requests of the batch other greedy text than alone, which the first test compares.
+A request that was running at two engine deaths in a row ends with an engine fault (it
+may be what kills the engine); those started on the replacement resume.
+
+One server for the module (the tests run in order: four restarts are allowed, the first two
+tests use one each, the third two): the default model with LoRA enabled and an adapter made
+here. The LoRA streams run in the second test: batched with a LoRA request, vLLM's CPU
+engine gives the other requests of the batch other greedy text than alone, which the first
+test compares.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     make_adapter(version / "adapters" / "doc")
     env = {
         "CPU_KVCACHE_SPACE_GIB": "1",
-        "ENGINE_RESTART_MAX": "2",
+        "ENGINE_RESTART_MAX": "4",
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "ENGINE_RESTART_BACKOFF_MAX_SECONDS": "1",
         "ENGINE_STALL_SECONDS": str(STALL_SECONDS),
@@ -286,6 +290,63 @@ def test_a_stopped_engine_core_is_replaced_after_the_stall_time_and_its_streams_
     )
     assert verdict is not None and int(verdict.group(1)) >= STALL_SECONDS
     assert min(o.end for o in outcomes) - at > STALL_SECONDS
+
+
+LONG_STREAM = 1500
+"""Tokens of a stream that outlives two engine restarts."""
+ENGINE_FAULT = "The engine failed twice while running this request"
+
+
+async def started(traffic: Traffic, asks: list[tuple[str, Ask]]) -> list[asyncio.Future[Outcome]]:
+    """The streams sent, once each has produced a token."""
+    first = len(traffic.live)
+    streams = [asyncio.ensure_future(traffic.send(protocol, ask)) for protocol, ask in asks]
+    await until(lambda: all(o.tokens for o in traffic.live[first:]), "the streams did not start")
+    return streams
+
+
+async def until(condition: Callable[[], bool], failure: str, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.1)
+
+
+async def two_deaths(
+    server: RunningServer, http: httpx.Client
+) -> tuple[list[Outcome], list[Outcome]]:
+    """Streams at both deaths (resumed after the first), and streams started between."""
+    asks = [(p, Ask(prompt_of(p), LONG_STREAM)) for p in ("sse", "grpc", "openai")]
+    restarts = scrape(http)["server_engine_restarts_total"]
+    async with Traffic(Servers(server.base_url, server.grpc_url), timeout=900) as traffic:
+        doomed = await started(traffic, asks)
+        kill(engine_core(server))
+        await until(
+            lambda: scrape(http)["server_engine_restarts_total"] > restarts,
+            "the engine was not replaced",
+        )
+        tokens = [o.tokens for o in traffic.live]
+        await until(
+            lambda: all(o.tokens > t for o, t in zip(traffic.live, tokens, strict=True)),
+            "the streams did not resume on the replacement",
+        )
+        survivors = await started(traffic, asks)
+        kill(engine_core(server))
+        return list(await asyncio.gather(*doomed)), list(await asyncio.gather(*survivors))
+
+
+def test_a_request_running_at_two_engine_deaths_in_a_row_ends_with_an_engine_fault(
+    server: RunningServer, http: httpx.Client
+) -> None:
+    restarts = scrape(http)["server_engine_restarts_total"]
+    doomed, survivors = asyncio.run(two_deaths(server, http))
+    for outcome in doomed:
+        assert outcome.finish_reason is None and ENGINE_FAULT in str(outcome.error), outcome
+    assert [(o.error, o.tokens, o.finish_reason) for o in survivors] == [
+        (None, LONG_STREAM, "length")
+    ] * 3
+    assert scrape(http)["server_engine_restarts_total"] == restarts + 2
+    assert http.get("/v2/health/ready").status_code == 200
 
 
 def test_once_restarts_are_spent_requests_end_with_the_error_and_liveness_fails(

@@ -17,6 +17,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.migration import RequestProgress
 from app.engine.resuming_client import ResumingRequest, merged
+from app.errors import EngineFaultError
 
 PROMPT = {"prompt": "one two three four"}
 PROMPT_IDS = [3, 3, 5, 4]
@@ -217,7 +218,7 @@ def test_n_completions_resume_each_on_its_own_with_the_seed_offset() -> None:
 
 def test_a_request_the_engine_died_on_twice_without_a_token_between_ends_with_the_error() -> None:
     first, _, succession = engines(4, 0, None)
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(EngineFaultError, match="failed twice while running this request"):
         run(first, params(16))
     assert succession.migrations == 1 and len(succession.asked) == 1  # not asked again
 
@@ -226,15 +227,49 @@ def test_a_request_the_engine_died_on_twice_before_its_first_token_ends_with_the
     """A request that kills every engine it starts on (before any output) is not retried on
     each replacement until the restarts are spent: the second death ends it."""
     first, _, succession = engines(0, 0, None)
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(EngineFaultError):
         run(first, params(16))
     assert succession.migrations == 1 and len(succession.asked) == 1
 
 
-def test_a_request_resumes_again_after_producing_on_the_replacement() -> None:
+def test_a_request_running_at_two_engine_deaths_in_a_row_ends_with_an_engine_fault() -> None:
+    """Even one that produced tokens on the replacement: a seeded step that kills the engine
+    would kill each replacement it resumed on, and every request with it."""
     first, _, succession = engines(4, 3, None)
-    assert tokens_of(run(first, params(16))) == uninterrupted(16)
-    assert succession.migrations == 2
+    with pytest.raises(EngineFaultError):
+        run(first, params(16))
+    assert succession.migrations == 1 and succession.asked == [first]
+
+
+def test_of_the_requests_at_a_second_death_only_those_at_the_first_end_the_others_resume() -> None:
+    first, (second, third), succession = engines(4, 10, None)
+
+    async def both() -> list[Any]:
+        resumed = ResumingRequest(first, "a", PROMPT, params(16), "resumed", {})
+        started = asyncio.Event()
+
+        async def read(request: ResumingRequest) -> list[RequestOutput]:
+            return [output async for output in request.outputs()]
+
+        async def later() -> list[RequestOutput]:
+            await started.wait()
+            return await read(ResumingRequest(second, "b", PROMPT, params(16), "new", {}))
+
+        async def first_then_signal() -> list[RequestOutput]:
+            outputs = []
+            async for output in resumed.outputs():
+                outputs.append(output)
+                if succession.migrations:
+                    started.set()
+            return outputs
+
+        return await asyncio.gather(first_then_signal(), later(), return_exceptions=True)
+
+    resumed_result, new_result = asyncio.run(both())
+    assert isinstance(resumed_result, EngineFaultError)
+    assert tokens_of(new_result) == uninterrupted(16)
+    assert succession.asked == [first, second] and succession.migrations == 2
+    assert {call.request_id for call in calls_of(third)} == {"new"}
 
 
 def test_without_a_replacement_the_request_ends_with_the_engines_error() -> None:
@@ -305,7 +340,7 @@ def test_progress_counts_each_completion_and_knows_when_it_cannot_resume() -> No
     progress.resumed()
     assert not progress.can_resume()
     assert progress.record(0, [5], -0.25, False) == -1.25
-    assert progress.can_resume()
+    assert not progress.can_resume()
 
 
 def test_merged_streams_interleave_and_close_together() -> None:
