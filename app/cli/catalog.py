@@ -115,9 +115,11 @@ def plain(value: Any) -> Any:
 def flag_note(flag: Flag) -> str:
     """What a Triton flag does here, in --help."""
     if flag.effect is Effect.IGNORED and flag.name != "help":
-        return "[accepted; no effect here]"
-    if flag.effect is Effect.REFUSED:
-        return f"[not supported: {flag.note}]"
+        return (
+            f"[accepted; no effect here. {flag.note}]"
+            if flag.note
+            else "[accepted; no effect here]"
+        )
     if flag.effect is Effect.COMMAND_LINE:
         return f"[command line only; default: the console. {flag.note}]"
     if flag.setting is None:

@@ -30,8 +30,6 @@ class Effect(str, Enum):
     IGNORED = "ignored"
     """Accepted (its value checked as Triton checks it) and logged: it tunes something this
     server does not have (thread counts, memory pools, directories of shared libraries)."""
-    REFUSED = "refused"
-    """Refused at start: it asks for a behaviour this server does not have."""
     COMMAND_LINE = "command line"
     """Read by the command line itself (`CommandLine.options`), not a setting: no environment
     variable or TOML key names it (--log-file, as in Triton)."""
@@ -71,10 +69,6 @@ def setting(name: str, kind: Kind, field_name: str, help: str, **options: Any) -
 
 def ignored(name: str, kind: Kind, help: str, **options: Any) -> Flag:
     return Flag(name, kind, help, effect=Effect.IGNORED, **options)
-
-
-def refused(name: str, kind: Kind, help: str, note: str, **options: Any) -> Flag:
-    return Flag(name, kind, help, effect=Effect.REFUSED, note=note, **options)
 
 
 def argument_of(annotation: Any) -> tuple[str, bool]:

@@ -4,7 +4,6 @@ environment variables, which win over the TOML file, which wins over the default
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from app.cli.catalog import all_flags, env_name, usage
+from app.cli.options_table import options_table
 from app.cli.parser import CommandLine, HelpRequested, ParseError, parse
 from app.errors import ModelConfigError
 from app.settings import Settings
@@ -23,15 +23,23 @@ PROGRAM = "tritonserver"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROGRAM) -> None:
-    """Parse the command line (Triton's usage and message on a mistake, exit 1), then serve."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """Parse the command line (on a mistake, Triton's message in one line, exit 1), then serve."""
     settings, command_line = settings_from(sys.argv[1:] if argv is None else argv, prog)
     log_to(settings, command_line.options.get("log-file", ""))
-    for flag in command_line.ignored:
+    warn_ignored(command_line.ignored)
+    serve(settings, command_line.ignored)
+
+
+def warn_ignored(ignored: Sequence[str]) -> None:
+    """One warning per Triton flag taken without effect, saying why where the flag says."""
+    notes = {flag.name: flag.note for flag in all_flags()}
+    for given in ignored:
+        note = notes.get(given.removeprefix("--").partition("=")[0], "")
         logger.warning(
-            "%s: accepted for compatibility with tritonserver; it has no effect here", flag
+            "%s: accepted for compatibility with tritonserver; it has no effect here%s",
+            given,
+            f": {note}" if note else "",
         )
-    serve(settings)
 
 
 def settings_from(argv: Sequence[str], prog: str) -> tuple[Settings, CommandLine]:
@@ -67,16 +75,17 @@ def log_to(settings: Settings, log_file: str) -> None:
 
 
 def refuse(prog: str, message: str, getopt: str = "") -> NoReturn:
-    """What tritonserver prints on a bad command line: getopt's line, the usage, the error."""
-    if getopt:
-        print(getopt, file=sys.stderr)
-    print(f"Usage: {prog} [options]\n{usage()}\n{message}", file=sys.stderr)
+    """A command line it cannot take: the reason first, one line per problem (getopt's own
+    line, or Triton's message), then where the usage is; exit 1."""
+    reasons = [getopt] if getopt else [f"{prog}: {line}" for line in message.splitlines()]
+    usage_line = f"Usage: {prog} [options] ('{prog} --help' lists them)"
+    print("\n".join([*reasons, usage_line]), file=sys.stderr)
     raise SystemExit(1)
 
 
 def validation_message(exc: ValidationError, command_line: CommandLine) -> str:
-    """Each problem under the flag (or environment variable) that gave the setting, as Triton
-    words a bad option; a start-up rule's own text as it is."""
+    """Each problem in one line, under the flag (or environment variable) that gave the
+    setting, as Triton words a bad option; a start-up rule's own text as it is."""
     lines = []
     for error in exc.errors():
         text = error["msg"].removeprefix("Value error, ")
@@ -86,17 +95,25 @@ def validation_message(exc: ValidationError, command_line: CommandLine) -> str:
         setting = str(error["loc"][0])
         source = command_line.flags.get(setting, env_name(setting))
         given = error.get("input")
-        lines.append(f'Bad option: "{source}".\n{text}. Got {given}')
+        lines.append(f'Bad option: "{source}". {text}. Got {given}')
     return "\n".join(lines)
 
 
-def serve(settings: Settings) -> None:
-    """Run the server: this process, or a supervisor and its frontend processes."""
+def serve(settings: Settings, ignored: Sequence[str] = ()) -> None:
+    """Run the server: this process, or a supervisor and its frontend processes. Every port
+    is taken first, so that one in use stops the start at once, before any engine loads;
+    then Triton's options table (`ignored`: the flags taken without effect, as given)."""
     for option in settings.backend_config:
         logger.warning("--backend-config=%s: no backend setting applies to this server", option)
     processes = settings.frontend_process_count()
+    if processes > 1 and not settings.allow_http:
+        raise SystemExit("ALLOW_HTTP false: serve with FRONTEND_PROCESSES=1")
+    http = take_ports(settings, keep_http=processes == 1)
+    logger.info("%s", options_table(settings, ignored))
     if processes > 1:
-        run_group(settings, processes)
+        from app.launch.frontend_group import run
+
+        run(settings, processes)
         return
     from app.launch.server import serve as serve_app
     from app.main import create_app, create_grpc_server
@@ -108,13 +125,19 @@ def serve(settings: Settings) -> None:
         print("error: creating server: Internal - failed to load all models", file=sys.stderr)
         raise SystemExit(1) from None
     grpc_server = create_grpc_server(settings, app.state.runtime)
-    sockets: list[socket.socket] | None = None if settings.allow_http else []
+    sockets = [] if http is None else [http]
     serve_app(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=sockets)
 
 
-def run_group(settings: Settings, processes: int) -> None:
-    if not settings.allow_http:
-        raise SystemExit("ALLOW_HTTP false: serve with FRONTEND_PROCESSES=1")
-    from app.launch.frontend_group import run
+def take_ports(settings: Settings, keep_http: bool) -> socket.socket | None:
+    """Bind the HTTP port (kept if `keep_http`) and check the gRPC and metrics ports; one that
+    cannot be had is logged in one line, naming it and its setting, and the start ends (1)."""
+    from app.launch.ports import PortUnavailable, claim, ports_line
 
-    run(settings, processes)
+    try:
+        http = claim(settings, keep_http)
+    except PortUnavailable as exc:
+        logger.error("%s", exc)
+        raise SystemExit(1) from None
+    logger.info("%s", ports_line(settings, http))
+    return http

@@ -1,18 +1,24 @@
 """Triton's flags of its GRPC, Metrics, Tracing, Backend and other groups, each set onto a
-setting of ours, accepted without effect, or refused (src/command_line_parser.cc)."""
+setting of ours or accepted without effect (src/command_line_parser.cc)."""
 
 from __future__ import annotations
 
-from app.cli.flags import Kind, ignored, refused, setting
+from app.cli.flags import Kind, ignored, setting
 from app.cli.serving_flags import RESTRICTED_GROUPS
 from app.cli.values import (
     backend_config,
+    cache_config,
+    deprecated_trace,
     grpc_compression_level,
     grpc_restriction,
     grpc_thread_count,
     metrics_config,
     positive,
     trace_config,
+)
+
+NO_RESPONSE_CACHE = (
+    "Triton's response cache does not apply to decoupled models, which every vLLM model is."
 )
 
 GRPC = [
@@ -36,7 +42,7 @@ GRPC = [
         "Allow multiple servers to listen on the same GRPC port when every server has this "
         "option set.",
     ),
-    refused(
+    ignored(
         "grpc-header-forward-pattern",
         Kind.STRING,
         "The regular expression pattern that will be used for forwarding GRPC headers as "
@@ -261,11 +267,12 @@ OTHERS = [
         Kind.STRING,
         "The global directory searched for repository agent shared libraries.",
     ),
-    refused(
+    ignored(
         "cache-config",
         Kind.STRING,
         "Specify a cache-specific configuration setting.",
-        note="No response cache.",
+        convert=cache_config,
+        note=NO_RESPONSE_CACHE,
         arg="<string>,<string>=<string>",
     ),
     ignored(
@@ -332,40 +339,52 @@ OTHERS = [
         Kind.BOOL,
         "DEPRECATED: If true model configuration files must be provided.",
     ),
-    refused(
+    ignored(
         "response-cache-byte-size",
         Kind.INT,
         "DEPRECATED: Please use --cache-config instead.",
-        note="No response cache.",
+        note=NO_RESPONSE_CACHE,
     ),
-    refused(
+    ignored(
         "trace-file",
         Kind.STRING,
         "DEPRECATED: Please use --trace-config triton,file=<path/to/your/file>",
-        note="Use --trace-config.",
+        note="Trace files are not written: --trace-config mode=opentelemetry exports traces.",
     ),
-    refused(
+    setting(
         "trace-level",
         Kind.STRING,
+        "trace_config",
         "DEPRECATED: Please use --trace-config level=<OFF|TIMESTAMPS|TENSORS>",
-        note="Use --trace-config.",
+        repeat=True,
+        convert=deprecated_trace("level"),
+        note="The same as --trace-config level=<value>.",
     ),
-    refused(
+    setting(
         "trace-rate",
         Kind.INT,
+        "trace_config",
         "DEPRECATED: Please use --trace-config rate=<rate value>",
-        note="Use --trace-config.",
+        repeat=True,
+        convert=deprecated_trace("rate"),
+        note="The same as --trace-config rate=<value>.",
     ),
-    refused(
+    setting(
         "trace-count",
         Kind.INT,
+        "trace_config",
         "DEPRECATED: Please use --trace-config count=<count value>",
-        note="Use --trace-config.",
+        repeat=True,
+        convert=deprecated_trace("count"),
+        note="The same as --trace-config count=<value>.",
     ),
-    refused(
+    setting(
         "trace-log-frequency",
         Kind.INT,
+        "trace_config",
         "DEPRECATED: Please use --trace-config triton,log-frequency=<value>",
-        note="Use --trace-config.",
+        repeat=True,
+        convert=deprecated_trace("triton,log-frequency"),
+        note="The same as --trace-config triton,log-frequency=<value>.",
     ),
 ]

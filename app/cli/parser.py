@@ -79,7 +79,7 @@ def find_flag(name: str, arg: str, flags: Sequence[Flag], prog: str) -> Flag:
     if exact:
         return exact[0]
     candidates = [flag for flag in flags if flag.name.startswith(name)] if name else []
-    targets = {(flag.setting, flag.kind, flag.effect) for flag in candidates}
+    targets = {(flag.setting, flag.kind, flag.effect, flag.convert) for flag in candidates}
     if not candidates:
         raise ParseError(getopt=f"{prog}: unrecognized option '{arg}'")
     if len(targets) > 1:
@@ -112,7 +112,8 @@ def flag_values(
 
 
 def read_value(flag: Flag, text: str) -> Any:
-    """The value as Triton reads and checks it, or `Bad option: "--flag".` and Triton's text."""
+    """The value as Triton reads and checks it, or `Bad option: "--flag".` and Triton's text
+    (one line)."""
     if flag.name == "help":
         raise HelpRequested()
     if flag.kind is Kind.NONE:
@@ -121,12 +122,10 @@ def read_value(flag: Flag, text: str) -> Any:
         value = READERS[flag.kind](text)
         return value if flag.convert is None else flag.convert(value)
     except ValueError as exc:
-        raise ParseError(f'Bad option: "--{flag.name}".\n{exc}') from exc
+        raise ParseError(f'Bad option: "--{flag.name}". {exc}') from exc
 
 
 def apply(flag: Flag, value: Any, text: str, result: CommandLine) -> None:
-    if flag.effect is Effect.REFUSED:
-        raise ParseError(f'Bad option: "--{flag.name}".\nnot supported by this server: {flag.note}')
     if flag.effect is Effect.COMMAND_LINE:
         result.options[flag.name] = value
         return

@@ -141,8 +141,6 @@ def triton_row(flag: Flag) -> str:
         info = Settings.model_fields[flag.setting]
         ours = f"`{env_name(flag.setting)}`"
         our_default = f"`{cell(default_text(info))}`"
-    elif flag.effect is Effect.REFUSED:
-        ours, our_default = "refused at start", ""
     elif flag.effect is Effect.COMMAND_LINE:
         ours, our_default = "command line only", "the console"
     else:

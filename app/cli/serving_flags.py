@@ -1,9 +1,9 @@
 """Triton's flags of its Server, Logging, Model Repository and HTTP groups, each set onto a
-setting of ours, accepted without effect, or refused (src/command_line_parser.cc)."""
+setting of ours or accepted without effect (src/command_line_parser.cc)."""
 
 from __future__ import annotations
 
-from app.cli.flags import Effect, Flag, Kind, ignored, refused, setting
+from app.cli.flags import Effect, Flag, Kind, ignored, setting
 from app.cli.values import (
     http_restriction,
     log_format,
@@ -138,11 +138,12 @@ MODEL_REPOSITORY = [
         "--model-control-mode=explicit is true.",
         repeat=True,
     ),
-    refused(
+    ignored(
         "model-config-name",
         Kind.STRING,
         "The custom configuration name for models to load.",
-        note="Each model's config.pbtxt is read.",
+        note="Each model's config.pbtxt is read (Triton reads configs/<name>.pbtxt where a "
+        "model has one).",
     ),
     ignored(
         "model-load-thread-count",
@@ -150,11 +151,11 @@ MODEL_REPOSITORY = [
         "The number of threads used to concurrently load models.",
     ),
     ignored("model-load-retry-count", Kind.INT, "The number of retry to load a model."),
-    refused(
+    ignored(
         "model-namespacing",
         Kind.BOOL,
         "Whether model namespacing is enable or not.",
-        note="Model names are unique across repositories.",
+        note="Model names are unique across repositories: a model in two is served from neither.",
     ),
     ignored(
         "enable-peer-access", Kind.BOOL, "Whether the server tries to enable peer access or not."
@@ -181,7 +182,7 @@ HTTP = [
         "option set.",
         note="FRONTEND_PROCESSES spreads one port over several processes.",
     ),
-    refused(
+    ignored(
         "http-header-forward-pattern",
         Kind.STRING,
         "The regular expression pattern that will be used for forwarding HTTP headers as "

@@ -116,6 +116,30 @@ def backend_config(value: str) -> str:
     return value
 
 
+def cache_config(value: str) -> str:
+    """`<cache>,<setting>=<value>` (Triton takes no setting without a cache's name)."""
+    name_end = value.find(",")
+    if name_end <= 0:
+        raise ValueError(
+            "No cache specified. --cache-config option format is "
+            f"<cache name>,<setting>=<value>. Got {value}"
+        )
+    if value.find("=", name_end + 1) < 0:
+        raise ValueError(
+            f"--cache-config option format is '<cache name>,<setting>=<value>'. Got {value}"
+        )
+    return value
+
+
+def deprecated_trace(option: str) -> Callable[[object], str]:
+    """A deprecated `--trace-<x>` flag's value as the `--trace-config` option it stands for."""
+
+    def convert(value: object) -> str:
+        return trace_config(f"{option}={value}")
+
+    return convert
+
+
 def metrics_config(value: str) -> str:
     """`<setting>=<value>`, no name before a comma."""
     setting_end = value.find("=")

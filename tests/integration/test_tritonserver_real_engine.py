@@ -80,6 +80,8 @@ def triton_server(
         "--exit-on-error=false",
         "--exit-timeout-secs=10",
         "--log-verbose=0",
+        "--cache-config",
+        "local,size=1048576",
         http_port=ports["http"],
         grpc_port=ports["grpc"],
         name="tritonserver",
@@ -126,6 +128,41 @@ def test_start_up_prints_tritons_lines_and_model_table(
         "Triton's line format"
     )
     assert httpx.get(f"http://127.0.0.1:{ports['metrics']}/metrics").status_code == 200
+
+
+def test_start_up_takes_tritons_cache_flag_and_logs_its_ports_and_options_table(
+    triton_server: RunningServer, ports: dict[str, int]
+) -> None:
+    log = triton_server.log_path.read_text()
+    assert (
+        "--cache-config=local,size=1048576: accepted for compatibility with tritonserver; it has "
+        "no effect here: Triton's response cache does not apply to decoupled models" in log
+    )
+    assert (
+        f"ports: HTTP 127.0.0.1:{ports['http']}, gRPC 127.0.0.1:{ports['grpc']}, "
+        f"metrics 127.0.0.1:{ports['metrics']}" in log
+    )
+    options = dict(options_table_rows(log))
+    assert options["model_control_mode"] == "MODE_NONE"
+    assert options["model_repository_path[1]"].endswith("second0")
+    assert (options["exit_timeout"], options["cache_enabled"], options["rate_limit"]) == (
+        "10",
+        "0",
+        "OFF",
+    )
+    assert list(options)[:3] == ["server_id", "server_version", "server_extensions"]
+
+
+def options_table_rows(log: str) -> list[tuple[str, str]]:
+    """The rows of the `| Option | Value |` table in the log."""
+    start = log.index("| Option ")
+    rows = []
+    for line in log[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        name, value = (cell.strip() for cell in line.strip("|").split("|"))
+        rows.append((name, value))
+    return rows
 
 
 def test_both_repositories_serve_and_the_twin_is_unavailable(
@@ -252,13 +289,13 @@ def test_a_lora_adapter_loaded_at_run_time_answers_requests(http: httpx.Client) 
     assert complete(http, "sql").status_code == 404
 
 
-def test_the_installed_command_refuses_bad_flags_as_triton() -> None:
+def test_the_installed_command_refuses_a_bad_value_in_one_line_first() -> None:
     refused = run_tritonserver("--http-port", "abc")
     assert refused.returncode == 1
-    assert refused.stderr.startswith("Usage: tritonserver [options]\n")
-    assert refused.stderr.rstrip().endswith(
-        'Bad option: "--http-port".\nInvalid option value. Got abc'
-    )
+    assert refused.stderr.splitlines() == [
+        'tritonserver: Bad option: "--http-port". Invalid option value. Got abc',
+        "Usage: tritonserver [options] ('tritonserver --help' lists them)",
+    ]
 
 
 def test_a_model_in_two_repositories_stops_the_start_by_default(tmp_path: Path) -> None:

@@ -24,14 +24,14 @@ TRITONSERVER = Path(sys.executable).parent / "tritonserver"
 
 
 def run_tritonserver(
-    *args: str, env: dict[str, str] | None = None
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run it to its end (a command line it refuses)."""
+    """Run it to its end (a command line it refuses, a start that fails)."""
     return subprocess.run(
         [str(TRITONSERVER), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
     )
 
