@@ -1,12 +1,14 @@
 """The benchmark clients users run against Triton and vLLM servers, as installed by `make test`:
 `vllm bench serve` from our own environment (vLLM's CLI), and AIPerf, guidellm, genai-perf and
 perf_analyzer from `.cache/clients` (their own virtual environment: their pins clash with ours;
-perf_analyzer is the binary of tritonclient's last wheel built for this glibc)."""
+perf_analyzer is the binary of tritonclient's last wheel built for this glibc), and the command
+blocks of docs/benchmarks/index.md that run them, run as they are written there."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -135,18 +137,54 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def perf_analyzer_inputs(path: Path, prompts: list[str], max_tokens: int) -> Path:
-    """perf_analyzer's --input-data for the vLLM backend, as genai-perf writes it: the
-    prompt, streaming, the prompt excluded from the output, exactly `max_tokens` new tokens."""
-    sampling = json.dumps({"max_tokens": max_tokens, "min_tokens": max_tokens})
-    rows = [
-        {
-            "text_input": [prompt],
-            "stream": [True],
-            "exclude_input_in_output": [True],
-            "sampling_parameters": [sampling],
-        }
-        for prompt in prompts
-    ]
-    path.write_text(json.dumps({"data": rows}))
-    return path
+CLIENT_DOC = PROJECT_ROOT / "docs" / "benchmarks" / "index.md"
+START = "<!-- client commands: tests/integration/test_third_party_clients.py runs each block -->"
+END = "<!-- end of client commands -->"
+LAUNCHER = re.compile(r"^\.cache/clients/launch/([\w-]+) ", re.MULTILINE)
+DOCUMENTED_PORTS = {"http": "localhost:8000", "grpc": "localhost:8001"}
+
+
+def documented_blocks(path: Path = CLIENT_DOC) -> dict[str, str]:
+    """The bash blocks between the page's markers, by the tool each launches."""
+    text = path.read_text()
+    assert text.count(START) == 1 and text.count(END) == 1, f"{path} lost its markers"
+    marked = text.split(START)[1].split(END)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```$", marked, re.MULTILINE | re.DOTALL)
+    found = {}
+    for block in blocks:
+        tools = set(LAUNCHER.findall(block))
+        assert len(tools) == 1, f"a block of {path} launches one tool: {block}"
+        found[tools.pop()] = block
+    return found
+
+
+def flag(block: str, pattern: str) -> int:
+    """The number a block gives after `pattern` (a flag, or guidellm's `count=`)."""
+    match = re.search(re.escape(pattern) + r"[ =]?(\d+)", block)
+    assert match, f"no {pattern} in {block}"
+    return int(match.group(1))
+
+
+def run_block(block: str, base_url: str, grpc_url: str, cwd: Path) -> None:
+    """Run a documented block with bash as a user would, in `cwd` (where `.cache` is this
+    checkout's), against the test server: only the documented ports are changed."""
+    urls = {"http": base_url.removeprefix("http://"), "grpc": grpc_url}
+    for kind, documented in DOCUMENTED_PORTS.items():
+        if documented in block:
+            block = block.replace(documented, urls[kind])
+    (cwd / ".cache").symlink_to(PROJECT_ROOT / ".cache")
+    log = cwd / "block.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "TERM": "dumb"}
+    with log.open("w") as out:
+        code = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            timeout=TOOL_TIMEOUT_S,
+        ).returncode
+    if code != 0:
+        raise AssertionError(
+            f"the block exited with {code}:\n{block}\n{log.read_text(errors='replace')[-3000:]}"
+        )

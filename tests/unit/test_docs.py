@@ -254,3 +254,27 @@ def test_the_defaults_the_pages_give_are_the_settings_defaults() -> None:
             continue
         checked += 1
     assert checked >= 30
+
+
+CLIENT_COMMAND = re.compile(
+    r"^\s*(\.cache/clients/launch/|genai-perf |aiperf |guidellm |perf_analyzer )"
+)
+
+
+def test_the_benchmark_clients_commands_are_the_tested_ones_only() -> None:
+    """The clients' command lines live in one marked part of docs/benchmarks/index.md, which
+    tests/integration/test_third_party_clients.py runs: no page keeps a copy of its own."""
+    start = (
+        "<!-- client commands: tests/integration/test_third_party_clients.py runs each block -->"
+    )
+    end = "<!-- end of client commands -->"
+    pages = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        if page.name == "index.md" and page.parent.name == "benchmarks":
+            assert text.count(start) == text.count(end) == 1
+            head, rest = text.split(start)
+            text = head + rest.split(end)[1]
+        code = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```$", text, re.MULTILINE | re.DOTALL))
+        stray = [line for line in code.splitlines() if CLIENT_COMMAND.match(line)]
+        assert not stray, f"{page.relative_to(PROJECT_ROOT)}: {stray}"
