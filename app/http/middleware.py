@@ -64,6 +64,43 @@ class BodyTooSlow(Exception):
     """The request's body did not all arrive in time (raised to the app by `receive`)."""
 
 
+class BodyDeadline:
+    """One request's body deadline: its `receive` raises `BodyTooSlow` once the deadline
+    passes while the body is still arriving (a timer cancels the wait: no task per message),
+    and has no deadline once the body is in."""
+
+    def __init__(self, receive: Receive, timeout: float) -> None:
+        self._receive = receive
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + timeout
+        self.arrived = False
+        self.expired = False
+
+    async def receive(self) -> Message:
+        if self.arrived:
+            return await self._receive()
+        task = asyncio.current_task()
+        assert task is not None
+        timer = self._loop.call_at(self._deadline, self._expire, task)
+        try:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            if not self.expired:
+                raise
+            uncancel = getattr(task, "uncancel", None)  # Python 3.11+: the cancel is handled
+            if uncancel is not None:
+                uncancel()
+            raise BodyTooSlow() from None
+        finally:
+            timer.cancel()
+        self.arrived = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    def _expire(self, task: asyncio.Task[object]) -> None:
+        self.expired = True
+        task.cancel()
+
+
 class BodyDeadlineMiddleware:
     """Answer 408, closing the connection, when a request's body has not all arrived
     `timeout` seconds after its head (a client trickling its body cannot hold a connection
@@ -79,35 +116,22 @@ class BodyDeadlineMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        deadline = asyncio.get_running_loop().time() + self.timeout
-        arrived = timed_out = started = False
+        deadline = BodyDeadline(receive, self.timeout)
+        started = False
 
-        async def receive_in_time() -> Message:
-            nonlocal arrived, timed_out
-            if arrived:
-                return await receive()
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                message = await asyncio.wait_for(receive(), max(remaining, 0))
-            except asyncio.TimeoutError:
-                timed_out = True
-                raise BodyTooSlow() from None
-            arrived = message["type"] != "http.request" or not message.get("more_body", False)
-            return message
-
-        async def send_unless_timed_out(message: Message) -> None:
+        async def send_unless_expired(message: Message) -> None:
             nonlocal started
-            if timed_out and not started:
+            if deadline.expired and not started:
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, receive_in_time, send_unless_timed_out)
+            await self.app(scope, deadline.receive, send_unless_expired)
         except Exception:
-            if not timed_out or started:
+            if not deadline.expired or started:
                 raise
-        if timed_out and not started:
+        if deadline.expired and not started:
             await self.answer_too_slow(scope, receive, send)
 
     async def answer_too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:
