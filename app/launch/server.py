@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.http.transport import HttpTransport
+from app.multiprocess.stop_watchdog import StopWatchdog
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ class DrainingServer(uvicorn.Server):
     streams) while running requests finish (up to the drain timeout; the rest are aborted
     with an error); then the engines shut down and the process exits 0. A second signal
     stops at once. Side servers start once the engines are up and stop before they stop.
+    A stop still running the drain timeout plus SHUTDOWN_GRACE_SECONDS after the first
+    signal is ended by the `watchdog`: the processes it started killed, exit status 1.
 
     `supervised` (one frontend process of several): the supervisor forwards its signals as
     SIGTERM, so SIGINT is left to it (Ctrl-C in a terminal reaches every process of the
@@ -54,8 +57,10 @@ class DrainingServer(uvicorn.Server):
         app: FastAPI,
         side: SideServer | None = None,
         supervised: bool = False,
+        watchdog: StopWatchdog | None = None,
     ) -> None:
         super().__init__(config)
+        self._watchdog = watchdog
         self._app = app
         self._side = side
         self._supervised = supervised
@@ -99,6 +104,8 @@ class DrainingServer(uvicorn.Server):
             self.force_exit = True
             return
         self._draining = True
+        if self._watchdog is not None:
+            self._watchdog.arm()
         logger.info("%s: draining before shutdown", signal.Signals(sig).name)
         loop = asyncio.get_event_loop()
         loop.call_soon_threadsafe(self._start_drain, loop)
@@ -121,6 +128,14 @@ class DrainingServer(uvicorn.Server):
             await self._app.state.runtime.registry.drain()
         finally:
             self.should_exit = True
+
+
+def stop_watchdog(app: FastAPI) -> StopWatchdog | None:
+    """The bound on a stop of the app's server: the drain timeout plus the shutdown grace."""
+    settings = getattr(app.state, "settings", None)
+    if settings is None:
+        return None
+    return StopWatchdog(settings.drain_timeout_seconds + settings.shutdown_grace_seconds)
 
 
 def serve(
@@ -147,7 +162,7 @@ def serve(
         timeout_graceful_shutdown=5,
         **transport.uvicorn_options(),
     )
-    server = DrainingServer(config, app, side, supervised=supervised)
+    server = DrainingServer(config, app, side, supervised, stop_watchdog(app))
     server.run(sockets=sockets)
     gc.freeze()
     if server.failed_side:

@@ -28,6 +28,7 @@ from app.multiprocess.channel import STREAM_LIMIT, Channel, ChannelClosed, Remot
 from app.multiprocess.cores import CoreKey, EngineCores, HostFactory
 from app.multiprocess.metrics import merge_expositions
 from app.multiprocess.ops import Op
+from app.multiprocess.stop_watchdog import StopWatchdog
 from app.observability.log_control import LOG_CONTROL
 from app.observability.metrics_server import MetricsHttpServer, on_loop
 from app.settings import Settings
@@ -83,6 +84,9 @@ class Supervisor:
         self._draining: set[int] = set()
         self._signals = 0
         self._code = 0
+        self._watchdog = StopWatchdog(
+            settings.drain_timeout_seconds + settings.shutdown_grace_seconds
+        )
 
     async def run(self) -> int:
         """Serve until stopped; the group's exit status."""
@@ -150,6 +154,7 @@ class Supervisor:
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
+        self._watchdog.arm()
         logger.info(
             "%s: stopping the frontend processes%s",
             signal.Signals(sig).name,

@@ -138,9 +138,10 @@ STREAM_BODY = json.dumps({"text_input": "x", "parameters": {"max_tokens": 100}})
     [
         (post_head("/v2/models/fake/generate", 1000) + b"0123456789", False),
         (post_head("/v1/completions", 1000) + b"0123456789", False),
+        (post_head("/v2/models/fake/generate", len(STREAM_BODY)) + STREAM_BODY, False),
         (post_head("/v2/models/fake/generate_stream", len(STREAM_BODY)) + STREAM_BODY, True),
     ],
-    ids=["mid-body", "mid-body-openai", "mid-stream"],
+    ids=["mid-body", "mid-body-openai", "mid-response", "mid-stream"],
 )
 def test_a_client_that_leaves_leaves_one_log_line_and_no_traceback(
     repository: Path, caplog: pytest.LogCaptureFixture, request_bytes: bytes, read_first: bool
