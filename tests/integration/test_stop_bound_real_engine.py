@@ -40,7 +40,7 @@ def test_sigterm_while_a_restarting_engine_hangs_exits_within_the_drain_timeout_
     try:
         (first,) = engine_cores(server.process.pid)
         first.kill()
-        assert wait_for(lambda: restarting_cores(server.process.pid, first), 120, 0.02)
+        assert wait_for(lambda: bool(restarting_cores(server.process.pid, first)), 120, 0.02)
         (starting,) = restarting_cores(server.process.pid, first)
         starting.suspend()
         descendants = psutil.Process(server.process.pid).children(recursive=True)
