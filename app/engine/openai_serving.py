@@ -17,6 +17,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
 from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
+from app.engine.openai_acceptance import Acceptances, begun
 from app.engine.openai_bodies import parse
 from app.engine.openai_compat import (
     BaseModelPath,
@@ -168,6 +169,7 @@ class VllmOpenAIServing:
             result = await getattr(view, method)(request, RawRequest(headers))
             if not isinstance(result, (ErrorResponse, BaseModel)):
                 await grammars_checked(engine, result)
+                result = await begun(result, engine.acceptances)
         except ServerError:
             raise
         except EngineDeadError as exc:
@@ -274,6 +276,8 @@ class GuardedEngineClient:
         self._requests = requests
         self._generate = generate
         self._grammar_checks: list[asyncio.Future[None]] = []
+        self.acceptances = Acceptances(llm)
+        """Whether the engine took each engine request (a stream begins once it has)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._llm, name)
@@ -306,12 +310,13 @@ class GuardedEngineClient:
             outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
         else:
             outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
+        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
+        outputs = self.acceptances.watch(request_id, outputs, streaming)
         if getattr(sampling_params, "structured_outputs", None) is not None:
             check = asyncio.ensure_future(grammar_check(self._llm).check(sampling_params, ""))
             check.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._grammar_checks.append(check)
             outputs = grammar_checked(check, outputs, sampling_params)
-        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
         return self._guard.stream(
             outputs,
             token_counts,
