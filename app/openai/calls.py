@@ -24,12 +24,14 @@ from app.core.service import GenerationService
 from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
 from app.http.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, until_disconnect
 from app.http.errors import http_status
+from app.http.parsing import parsed
 from app.observability.access_log import RequestLog
 from app.openai.errors import error_frame
 from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
 from app.openai.serving import OpenAIServing, engine_openai_serving
 from app.repository.registry import ModelRegistry
+from app.schemas.validation import check_unicode
 
 logger = logging.getLogger(__name__)
 
@@ -150,13 +152,18 @@ async def frames_of(results: Results) -> AsyncGenerator[str, None]:
 
 async def read_body(request: Request) -> dict[str, Any]:
     """The body as a JSON object (whatever its Content-Type), or a 400."""
-    raw = await request.body()
+    return await parsed(json_object, await request.body())
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """`raw` as a JSON object of valid Unicode text, or a 400."""
     try:
         body = json.loads(raw, parse_constant=refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequestError(f"The request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object")
+    check_unicode(body)
     return body
 
 

@@ -5,12 +5,14 @@ bodies of the repository extension. The runtime's parts are app/http/dependencie
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel
 
 from app.errors import InvalidRequestError
+from app.http.parsing import parsed
 from app.schemas.generate import GenerateRequest
 from app.schemas.validation import validate_json
 
@@ -23,7 +25,7 @@ async def parse_json_body(request: Request, model: type[BodyModel]) -> BodyModel
     body = await request.body()
     if not body.strip():
         return None
-    return validate_json(model, body)
+    return await parsed(partial(validate_json, model), body)
 
 
 def optional_json_body(model: type[BodyModel]) -> Callable[[Request], Awaitable[BodyModel | None]]:

@@ -47,3 +47,32 @@ def validate_data(
         return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         raise invalid_request(exc, location) from exc
+
+
+def check_unicode(data: Any, location: str = "") -> None:
+    """Refuse, naming the field, a string of parsed JSON that no UTF-8 can carry (a lone
+    surrogate such as `"\\ud800"`, which Python's JSON parser lets through): O(size) once,
+    so that no tokenizer, matcher or encoder downstream meets one."""
+    stack: list[tuple[Any, str]] = [(data, location)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and not encodable(value):
+                field = path or "body"
+                raise InvalidRequestError(
+                    f"{field}: not valid Unicode text (a lone surrogate)", param=field
+                )
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                stack.append((key, path))  # a key at fault names the object that holds it
+                stack.append((item, f"{path}.{key}" if path else str(key)))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(value))
+
+
+def encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

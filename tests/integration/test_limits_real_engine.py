@@ -125,6 +125,16 @@ FAR_ABOVE: list[tuple[str, dict[str, Any], str]] = [
         {"allowed_token_ids": [1] * MANY},
         f"allowed_token_ids: {MANY} items are above",
     ),
+    (
+        "bad_words_bytes",
+        {"bad_words": ["x" * 3_000_000]},
+        "bad_words: stop strings and bad words are over this server's limit of 16384 bytes",
+    ),
+    (
+        "choice",
+        {"structured_outputs": {"choice": [f"option {i}" for i in range(100_000)]}},
+        "structured_outputs: the grammar is over this server's limit of 65536 bytes",
+    ),
 ]
 ENGINE_LIMITS: list[tuple[str, dict[str, Any], str]] = [
     ("logprobs", {"logprobs": 1_000_000_000}, "greater than max allowed: 20")
@@ -158,11 +168,14 @@ def test_far_above_a_limit_is_refused_at_once_on_every_protocol(
             ("completions", {"prompt": "Hi", **fields}),
             ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}], **chat_fields}),
         ]:
-            response, request_id = openai(http, path, {"model": "smollm2", **body})
-            assert response.status_code == 400, response.text[:300]
-            if name != "logprobs":  # vLLM's own wording otherwise
-                assert message in response.json()["error"]["message"], response.text[:300]
-            timings[path] = server_ms(limited, request_id)
+            for stream in (False, True):
+                response, request_id = openai(
+                    http, path, {"model": "smollm2", **body, "stream": stream}
+                )
+                assert response.status_code == 400, response.text[:300]
+                if name != "logprobs":  # vLLM's own wording otherwise
+                    assert message in response.json()["error"]["message"], response.text[:300]
+                timings[f"{path}{' stream' if stream else ''}"] = server_ms(limited, request_id)
     print(f"\n{name}: server ms {timings}; readiness probe worst {probe.worst * 1000:.1f} ms")
     assert all(ms < SERVER_TIME_LIMIT_MS for ms in timings.values()), timings
     assert not probe.failures and probe.worst < PROBE_LIMIT_S, (probe.worst, probe.failures[:3])
@@ -288,6 +301,78 @@ def test_a_prompt_too_long_once_templated_is_the_clients_400(
     chat = {"model": "smollm2", "messages": [{"role": "user", "content": text}], "max_tokens": 2}
     response = http.post("/v1/chat/completions", json=chat)
     assert response.status_code == 400, response.text[:300]
+
+
+ENGINE_REFUSALS = [
+    ("allowed_token_ids", {"allowed_token_ids": [60_000]}, "out-of-vocab token id"),
+    ("thinking_token_budget", {"thinking_token_budget": 10}, "reasoning_config is not configured"),
+]
+"""Refused by the engine as it takes the request (after the server's own checks)."""
+
+
+@pytest.mark.parametrize(("name", "fields", "reason"), ENGINE_REFUSALS, ids=lambda v: str(v)[:20])
+def test_what_the_engine_refuses_is_a_400_streamed_or_not(
+    http: httpx.Client, name: str, fields: dict[str, Any], reason: str
+) -> None:
+    """The same status and text as unstreamed: no 200 whose stream then carries the error."""
+    bodies: list[tuple[str, dict[str, Any]]] = [
+        ("completions", {"prompt": "Hi"}),
+        ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
+    ]
+    for path, body in bodies:
+        for stream in (False, True):
+            payload = {"model": "smollm2", **body, "max_tokens": 2, **fields, "stream": stream}
+            response, _ = openai(http, path, payload)
+            assert response.status_code == 400, (path, stream, response.text[:300])
+            assert reason in response.json()["error"]["message"]
+    if name == "allowed_token_ids":
+        for route in ("generate", "generate_stream"):
+            response, _ = triton_http(http, route, {"max_tokens": 2, **fields})
+            assert response.status_code == 400 and reason in response.json()["error"]
+    wait_until(lambda: engine_requests(http) == 0)
+
+
+SURROGATES: list[tuple[str, dict[str, Any], str]] = [
+    ("completions", {"prompt": "Hi", "stop": "\ud800"}, "stop"),
+    ("completions", {"prompt": "Hi \udfff"}, "prompt"),
+    (
+        "chat/completions",
+        {"messages": [{"role": "user", "content": "\ud800"}]},
+        "messages[0].content",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), SURROGATES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lone_surrogate_is_a_400_naming_the_field_and_leaves_nothing_behind(
+    http: httpx.Client, path: str, body: dict[str, Any], field: str, stream: bool
+) -> None:
+    """JSON may spell a lone surrogate (`"\\ud800"`), which no UTF-8 can carry: once a 500
+    that left its request in the engine client for good."""
+    payload = {"model": "smollm2", "max_tokens": 2, **body, "stream": stream}
+    content = json.dumps(payload)  # ensure_ascii: the escape as a client sends it
+    response = http.post(
+        f"/v1/{path}", content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["param"] == field and "a lone surrogate" in error["message"]
+    triton = http.post(
+        "/v2/models/smollm2/generate",
+        content=json.dumps({"text_input": "Hi", "parameters": {"stop": ["\ud800"]}}),
+    )
+    assert triton.status_code == 400
+    wait_until(lambda: engine_requests(http) == 0 and unfinished_requests(http) == 0)
+
+
+def unfinished_requests(http: httpx.Client) -> float:
+    """Requests the server's engine clients still hold, by their own count."""
+    text = http.get("/metrics").text
+    values = re.findall(
+        r"^server_engine_requests_unfinished\{[^}]*\} ([\d.e+]+)$", text, re.MULTILINE
+    )
+    return sum(float(v) for v in values)
 
 
 def engine_requests(http: httpx.Client) -> float:

@@ -1,0 +1,129 @@
+"""No single request, of any size the body limit admits, stalls or bloats the server: each
+one below, sent alone to the default server (the session's), gets a non-5xx answer, while
+`/v2/health/live` answers within a second throughout and the server's processes grow by
+less than 300 MB. Each is of a family that once froze the event loop (a 7 MB bad word: 17 s),
+kept a core busy (a 100,000-entry choice list: 127 s, +465 MB kept), or left its request in
+the engine client for good (a lone surrogate: a 500)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.probe import readiness_probe
+from tests.support.servers import RunningServer
+
+LIVE_LIMIT_S = 1.0
+GROWTH_LIMIT_MB = 300
+HUGE = "x" * 7_000_000
+"""Within the default body limit (8 MiB) with the rest of a body."""
+WORDS = "a " * 3_500_000
+
+HEAVY: list[tuple[str, str, dict[str, Any]]] = [
+    ("triton_prompt", "/v2/models/smollm2/generate", {"text_input": WORDS}),
+    ("openai_prompt", "/v1/completions", {"prompt": WORDS}),
+    ("chat_message", "/v1/chat/completions", {"messages": [{"role": "user", "content": WORDS}]}),
+    ("bad_word", "/v1/completions", {"prompt": "Hi", "bad_words": [HUGE]}),
+    ("triton_bad_word", "/v2/models/smollm2/generate", {"text_input": "Hi", "bad_words": [HUGE]}),
+    ("stop", "/v1/completions", {"prompt": "Hi", "stop": ["y" * 100_000] * 64}),
+    (
+        "choice",
+        "/v1/completions",
+        {"prompt": "Hi", "structured_outputs": {"choice": [f"c{i}" for i in range(500_000)]}},
+    ),
+    (
+        "enum",
+        "/v1/completions",
+        {
+            "prompt": "Hi",
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"enum": [f"v{i}" for i in range(400_000)]}},
+            },
+        },
+    ),
+    (
+        "regex",
+        "/v1/completions",
+        {
+            "prompt": "Hi",
+            "structured_outputs": {"regex": "|".join(f"w{i}" for i in range(500_000))},
+        },
+    ),
+    (
+        "tools",
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "description": HUGE}}],
+        },
+    ),
+    (
+        "logit_bias",
+        "/v1/completions",
+        {"prompt": "Hi", "logit_bias": {str(i): 1 for i in range(4096)}},
+    ),
+    ("surrogate", "/v1/completions", {"prompt": "Hi", "stop": "\ud800"}),
+]
+
+
+def body_of(path: str, fields: dict[str, Any]) -> bytes:
+    """The request's JSON text (ASCII: a lone surrogate as the escape a client sends)."""
+    if path.startswith("/v2/"):
+        text_input = fields.pop("text_input")
+        body: dict[str, Any] = {"text_input": text_input, "parameters": {"max_tokens": 1, **fields}}
+    else:
+        body = {"model": "smollm2", "max_tokens": 1, **fields}
+    return json.dumps(body).encode()
+
+
+def server_rss(server: RunningServer) -> int:
+    """Resident bytes of the server's processes (the engine core's excepted: its memory is
+    the KV cache's and the model's, set at start)."""
+    root = psutil.Process(server.process.pid)
+    processes = [root, *(p for p in root.children(recursive=True) if "EngineCore" not in p.name())]
+    total = 0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += process.memory_info().rss
+    return total
+
+
+@pytest.fixture
+def warmed(server: RunningServer, http: httpx.Client) -> RunningServer:
+    """The server once each route has served a small request (what a first request loads,
+    e.g. the chat template, is not the request's growth)."""
+    small: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/completions", {"prompt": "Hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}),
+        ("/v2/models/smollm2/generate", {"text_input": "Hi"}),
+    ]
+    for path, fields in small:
+        http.post(path, content=body_of(path, dict(fields)))
+    return server
+
+
+@pytest.mark.parametrize(("name", "path", "fields"), HEAVY, ids=[case[0] for case in HEAVY])
+def test_a_heavy_request_neither_stalls_nor_bloats_the_server(
+    warmed: RunningServer, http: httpx.Client, name: str, path: str, fields: dict[str, Any]
+) -> None:
+    content = body_of(path, dict(fields))
+    before = server_rss(warmed)
+    with readiness_probe(warmed.base_url) as probe:
+        started = time.perf_counter()
+        response = http.post(path, content=content, headers={"content-type": "application/json"})
+        seconds = time.perf_counter() - started
+    grown_mb = (server_rss(warmed) - before) / 2**20
+    print(
+        f"\n{name}: {len(content)} bytes -> {response.status_code} in {seconds:.2f} s; "
+        f"readiness worst {probe.worst:.2f} s; server grew {grown_mb:.0f} MB"
+    )
+    assert response.status_code < 500, response.text[:300]
+    assert not probe.failures and probe.worst < LIVE_LIMIT_S, (probe.worst, probe.failures[:3])
+    assert grown_mb < GROWTH_LIMIT_MB
