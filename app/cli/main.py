@@ -15,9 +15,13 @@ from app.cli.catalog import all_flags, env_name, usage
 from app.cli.options_table import options_table
 from app.cli.parser import CommandLine, HelpRequested, ParseError, parse
 from app.errors import ModelConfigError
+from app.launch.quiet_exit import quiet_after_serving
+from app.observability.vllm_notes import leave_out_compiler_notes
 from app.settings import Settings
 
 logger = logging.getLogger("app.cli")
+
+leave_out_compiler_notes()  # before vLLM is imported: here, and in every process spawned
 
 PROGRAM = "tritonserver"
 
@@ -126,7 +130,10 @@ def serve(settings: Settings, ignored: Sequence[str] = ()) -> None:
         raise SystemExit(1) from None
     grpc_server = create_grpc_server(settings, app.state.runtime)
     sockets = [] if http is None else [http]
-    serve_app(app, settings.host, settings.port, settings.log_level, grpc_server, sockets=sockets)
+    try:
+        serve_app(app, settings.host, settings.port, settings.log_level, grpc_server, sockets)
+    finally:
+        quiet_after_serving()
 
 
 def take_ports(settings: Settings, keep_http: bool) -> socket.socket | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.shared_core import EngineCoreHost
+from app.launch.quiet_exit import quiet_after_serving
 from app.multiprocess.cores import CoreHost, CoreKey
 from app.multiprocess.supervisor import Supervisor, bind_shared_port
 from app.repository.instances import ModelInstance
@@ -50,12 +51,15 @@ def run_frontend_process(index: int, settings: Settings, path: str, log_file: st
     app = create_app(settings, link=link)
     grpc_server = create_grpc_server(settings, app.state.runtime)
     http = bind_shared_port(settings.host, settings.port)
-    serve(
-        app,
-        settings.host,
-        settings.port,
-        settings.log_level,
-        grpc_server,
-        sockets=[http],
-        supervised=True,
-    )
+    try:
+        serve(
+            app,
+            settings.host,
+            settings.port,
+            settings.log_level,
+            grpc_server,
+            sockets=[http],
+            supervised=True,
+        )
+    finally:
+        quiet_after_serving()

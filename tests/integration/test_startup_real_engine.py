@@ -1,13 +1,16 @@
-"""Start-up failures found before any engine loads, with the real program: a Hugging Face Hub
-id missing from the cache while downloads are off."""
+"""Start-up with the real program: a Hugging Face Hub id missing from the cache while
+downloads are off stops it before any engine loads; the shared server's log lists its ports
+and Triton's options table, and holds no note about OpenAI's Triton compiler (its teardown
+checks the exit: tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tests.integration.conftest import EXIT_NOISE
 from tests.integration.test_repository_real_engine import write_json
 from tests.support.asgi import free_ports
-from tests.support.servers import START_TIMEOUT_S
+from tests.support.servers import START_TIMEOUT_S, RunningServer
 from tests.support.tritonserver import run_tritonserver
 
 HUB_MODEL_JSON = {
@@ -41,3 +44,15 @@ def test_a_hub_id_missing_from_the_cache_stops_the_start_in_one_line_while_offli
     ) in refused.stderr
     assert "error: creating server: Internal - failed to load all models" in refused.stderr
     assert "Traceback" not in refused.stderr and "starting engine" not in refused.stderr
+
+
+def test_the_servers_log_lists_its_ports_and_options_without_compiler_notes(
+    server: RunningServer,
+) -> None:
+    log = server.log_path.read_text(errors="replace")
+    port = server.base_url.rsplit(":", 1)[1]
+    assert f"ports: HTTP 127.0.0.1:{port}, gRPC {server.grpc_url}, metrics 127.0.0.1:" in log
+    assert "| model_control_mode               | MODE_NONE" in log
+    assert "| cache_enabled                    | 0" in log
+    for noise in EXIT_NOISE:
+        assert noise not in log
