@@ -225,6 +225,23 @@ def server_lifespan(
     return lifespan
 
 
+def http_transport(settings: Settings) -> HttpTransport:
+    """How the HTTP port takes connections: TLS, and each connection's limits."""
+    limits = ConnectionLimits(
+        settings.http_header_timeout_seconds,
+        settings.max_request_header_bytes,
+        settings.http_body_timeout_seconds,
+        settings.max_http_connections,
+    )
+    return HttpTransport(
+        settings.http_ssl_certfile,
+        settings.http_ssl_keyfile,
+        settings.http_ssl_ca_certs,
+        limits,
+        settings.http_keep_alive_seconds,
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     engine_factory: EngineFactory | None = None,
@@ -246,18 +263,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.runtime = runtime
-    app.state.http_transport = HttpTransport(
-        settings.http_ssl_certfile,
-        settings.http_ssl_keyfile,
-        settings.http_ssl_ca_certs,
-        ConnectionLimits(
-            settings.http_header_timeout_seconds,
-            settings.max_request_header_bytes,
-            settings.http_body_timeout_seconds,
-            settings.max_http_connections,
-        ),
-        settings.http_keep_alive_seconds,
-    )
+    app.state.http_transport = http_transport(settings)
     errors = ErrorBodies()
     errors.add(openai_routes.PREFIX + "/", openai_error_body)
     install_error_handlers(app, errors)
