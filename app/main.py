@@ -36,7 +36,13 @@ from app.observability.setup import ObservabilityOptions, build_observability
 from app.openai import routes as openai_routes
 from app.openai import utility as openai_utility
 from app.openai.errors import openai_error_body
-from app.options import grpc_options, lifecycle_options, request_limits, startup_models
+from app.options import (
+    grammar_worker_options,
+    grpc_options,
+    lifecycle_options,
+    request_limits,
+    startup_models,
+)
 from app.repository.gc_freeze import freeze_heap, release_heap
 from app.repository.layout import EngineArgsCheck, ModelSpec, accept_engine_args
 from app.repository.poll import RepositoryPoller
@@ -96,6 +102,9 @@ def vllm_engines(
     (imported here: a test with an engine double never loads vLLM)."""
     from app.engine.engine_args import vllm_engine_args
     from app.engine.factory import VllmEngines
+    from app.engine.grammars import configure_grammar_workers
+
+    configure_grammar_workers(grammar_worker_options(settings))
 
     engines = VllmEngines(
         metrics_registry,

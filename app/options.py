@@ -4,6 +4,7 @@ settings (docs/architecture.md); the composition root (app/main.py) hands these 
 from __future__ import annotations
 
 from app.core.limits import RequestLimits
+from app.engine.worker_pool import WorkerOptions
 from app.grpc.server import GrpcOptions, GrpcTls
 from app.repository.overrides import OverrideLimits
 from app.repository.registry import LifecycleOptions, ModelControl
@@ -53,6 +54,15 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_images=settings.max_images,
         max_image_pixels=settings.max_image_pixels,
         max_prompts=settings.max_prompts,
+    )
+
+
+def grammar_worker_options(settings: Settings) -> WorkerOptions:
+    """The engines' grammar workers: how many, their memory bound, the compile deadline."""
+    return WorkerOptions(
+        workers=settings.grammar_workers,
+        memory_mb=settings.grammar_worker_memory_mb,
+        job_seconds=settings.grammar_compile_timeout_seconds,
     )
 
 

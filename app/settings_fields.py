@@ -171,6 +171,25 @@ class SettingsFields(BaseSettings):
     request_timeout_seconds: float | None = Field(
         None, gt=0, description="Abort requests running longer than this."
     )
+    grammar_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes per engine that compile structured-output grammars before the "
+        "engine takes them (started on the first such request); a grammar waits for a free one.",
+    )
+    grammar_worker_memory_mb: int = Field(
+        2048,
+        ge=1024,
+        description="Memory bound of each grammar worker (about 700 MB of it is the worker's "
+        "own); a grammar whose compile needs more is refused 400.",
+    )
+    grammar_compile_timeout_seconds: float = Field(
+        10,
+        gt=0,
+        description="Longest one grammar may take to compile; a grammar that takes longer is "
+        "refused 400 and its worker replaced.",
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Bearer keys; empty means no authentication."
     )

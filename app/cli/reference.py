@@ -65,7 +65,10 @@ SECURITY = [
 SECTIONS: list[tuple[str, Callable[[str], bool]]] = [
     ("Logging", lambda name: name.startswith("log_")),
     ("Model control, reloads, security", lambda name: name in SECURITY),
-    ("Limits", lambda name: name.startswith("max_") or name == "request_timeout_seconds"),
+    (
+        "Limits",
+        lambda name: name.startswith(("max_", "grammar_")) or name == "request_timeout_seconds",
+    ),
     ("Authentication and CORS", lambda name: name.startswith(("api_keys", "auth_", "cors_"))),
     ("Engine supervision", lambda name: name.startswith("engine_")),
     ("Triton gRPC", lambda name: name.startswith(("grpc_", "allow_grpc"))),

@@ -140,7 +140,7 @@ async def test_the_engines_first_backend_is_the_one_checked_with(llm: Any) -> No
 async def test_requests_without_a_grammar_are_not_checked(llm: Any) -> None:
     check = GrammarCheck(llm)
     await check.check(SamplingParams(allowed_token_ids=[1]), "parameters")
-    assert check._backends == {}
+    assert check.pool is None
 
 
 def test_an_engine_failure_is_the_clients_only_when_its_grammar_was_in_play() -> None:
