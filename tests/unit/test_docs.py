@@ -278,3 +278,35 @@ def test_the_benchmark_clients_commands_are_the_tested_ones_only() -> None:
         code = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```$", text, re.MULTILINE | re.DOTALL))
         stray = [line for line in code.splitlines() if CLIENT_COMMAND.match(line)]
         assert not stray, f"{page.relative_to(PROJECT_ROOT)}: {stray}"
+
+
+SERVER_MESSAGES = (
+    "is in use: ",
+    "is not in the local Hugging Face cache and downloads",
+    "accepted for compatibility with tritonserver; it has no effect here",
+    "this CPU has no native bfloat16 (neither AVX512-BF16 nor AMX)",
+    "the engine died",
+    "the engine failed its health probe",
+    "restarting its engine in",
+    "engine restarted, ready",
+    "engine restarts exhausted",
+    "Model is unavailable due to unhealthy vLLM engine",
+    "is loading",
+    "Server is shutting down: no new requests are admitted",
+    "request body is larger than",
+    "request headers are larger than",
+    "did not arrive within",
+    "Started HTTPService at",
+    "unrecognized option",
+    "is not a directory",
+    "failed to load all models",
+)
+"""Parts of the server's messages that docs/troubleshooting.md quotes, as the code writes them."""
+
+
+def test_the_troubleshooting_page_quotes_the_servers_own_messages() -> None:
+    page = " ".join((PROJECT_ROOT / "docs" / "troubleshooting.md").read_text().split())
+    code = "\n".join(path.read_text() for path in sorted((PROJECT_ROOT / "app").rglob("*.py")))
+    for message in SERVER_MESSAGES:
+        assert message in page, f"docs/troubleshooting.md no longer quotes {message!r}"
+        assert message in code, f"the server no longer writes {message!r}: update the page"
