@@ -329,7 +329,10 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
             errors=errors,
         )
     app.add_middleware(
-        BodySizeLimitMiddleware, max_bytes=settings.max_request_body_bytes, errors=errors
+        BodySizeLimitMiddleware,
+        max_bytes=settings.max_request_body_bytes,
+        max_bytes_in_flight=settings.max_request_bytes_in_flight,
+        errors=errors,
     )
     app.add_middleware(
         BodyDeadlineMiddleware, timeout=settings.http_body_timeout_seconds, errors=errors

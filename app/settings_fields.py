@@ -146,6 +146,12 @@ class SettingsFields(BaseSettings):
         ge=1024,
         description="Largest HTTP request body; larger ones are refused 413.",
     )
+    max_request_bytes_in_flight: int = Field(
+        512 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of request bodies a frontend process holds at once (the requests in "
+        "progress); a body that would take it further is refused 503 with Retry-After.",
+    )
     max_tokens_limit: int | None = Field(
         None, ge=1, description="Largest max_tokens a request may ask."
     )

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PayloadTooLargeError, ServerError, UnauthorizedError
+from app.errors import OverloadedError, PayloadTooLargeError, ServerError, UnauthorizedError
 from app.http.access_log import current_request
 from app.http.errors import TRITON_ERRORS, ErrorBodies, error_response
 
@@ -19,12 +19,24 @@ REQUEST_TIMEOUT = 408
 
 
 class BodySizeLimitMiddleware:
-    """Answer 413 to bodies above `max_bytes`, by Content-Length or as they stream in."""
+    """Answer 413 to bodies above `max_bytes`, by Content-Length or as they stream in, and
+    503 to a body that would take the bodies held by the requests in progress above
+    `max_bytes_in_flight` (thousands of connections each sending a large body would
+    otherwise hold them all in memory at once)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, errors: ErrorBodies = TRITON_ERRORS) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        errors: ErrorBodies = TRITON_ERRORS,
+        max_bytes_in_flight: int | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.errors = errors
+        self.max_bytes_in_flight = max_bytes_in_flight
+        self.bytes_in_flight = 0
+        """Body bytes received by the requests in progress (held until each one ends)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -32,8 +44,12 @@ class BodySizeLimitMiddleware:
             return
         too_large = PayloadTooLargeError(f"request body is larger than {self.max_bytes} bytes")
         declared = header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        size = int(declared) if declared is not None and declared.isdigit() else 0
+        if size > self.max_bytes:
             await error_response(too_large, scope["path"], self.errors)(scope, receive, send)
+            return
+        if self.over_budget(size):
+            await error_response(busy(), scope["path"], self.errors)(scope, receive, send)
             return
         received = 0
         started = False
@@ -42,7 +58,11 @@ class BodySizeLimitMiddleware:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                chunk = len(message.get("body", b""))
+                if self.over_budget(chunk):
+                    raise busy()
+                received += chunk
+                self.bytes_in_flight += chunk
                 if received > self.max_bytes:
                     raise too_large
             return message
@@ -54,10 +74,26 @@ class BodySizeLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except PayloadTooLargeError:
+        except (PayloadTooLargeError, BodiesInFlightError) as exc:
             if started:
                 raise
-            await error_response(too_large, scope["path"], self.errors)(scope, receive, send)
+            await error_response(exc, scope["path"], self.errors)(scope, receive, send)
+        finally:
+            self.bytes_in_flight -= received
+
+    def over_budget(self, more: int) -> bool:
+        limit = self.max_bytes_in_flight
+        return limit is not None and more > 0 and self.bytes_in_flight + more > limit
+
+
+class BodiesInFlightError(OverloadedError):
+    """The request bodies in progress hold as many bytes as the server takes at once."""
+
+
+def busy() -> BodiesInFlightError:
+    return BodiesInFlightError(
+        "the server is receiving as many request bodies as it takes at once; retry shortly"
+    )
 
 
 class BodyTooSlow(Exception):
