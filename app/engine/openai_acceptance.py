@@ -101,10 +101,10 @@ async def begun(
         raise
     finally:
         accepted.cancel()
-    return continued(first, stream)
+    return first_then_rest(first, stream)
 
 
-async def continued(
+async def first_then_rest(
     first: asyncio.Future[str], stream: AsyncGenerator[str, None]
 ) -> AsyncGenerator[str, None]:
     """The stream's first frame (awaited), then the rest."""
