@@ -1,14 +1,17 @@
 """Grammars the engine cannot use are refused with the compiler's reason before the engine
-sees them (compiled here with vLLM's own backends and the default model's tokenizer), and a
-request the engine ends with an error is classified as the client's or the server's."""
+sees them (compiled in a grammar worker with vLLM's own backends and the default model's
+tokenizer), and a request the engine ends with an error is classified as the client's or the
+server's."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from vllm import SamplingParams
 from vllm.config import ModelConfig, StructuredOutputsConfig
 from vllm.sampling_params import StructuredOutputsParams
@@ -80,12 +83,14 @@ async def refusal(check: GrammarCheck, sampling: SamplingParams) -> InvalidReque
     return raised.value
 
 
-@pytest.fixture
-async def xgrammar_check(llm: Any) -> GrammarCheck:
-    """A check whose engine took a plain schema first: its core compiles with xgrammar."""
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def xgrammar_check(llm: Any) -> AsyncIterator[GrammarCheck]:
+    """A check whose engine took a plain schema first: its core compiles with xgrammar (one
+    worker for the module's tests: each takes seconds to start)."""
     check = GrammarCheck(llm)
     await check.check(params({"json": OBJECT}), "parameters")
-    return check
+    yield check
+    check.close()
 
 
 @pytest.mark.parametrize(("name", "structured", "message"), CASES, ids=[case[0] for case in CASES])
@@ -129,9 +134,12 @@ async def test_the_engines_first_backend_is_the_one_checked_with(llm: Any) -> No
     """vLLM's engine core compiles every grammar with the backend of the first one it took:
     after a schema only llguidance serves, llguidance's verdict is the one that counts."""
     check = GrammarCheck(llm)
-    await check.check(params({"json": {"type": "array", "minItems": 3}}), "parameters")
-    await check.check(params({"json": {"type": "object", "minProperties": 3}}), "parameters")
-    error = await refusal(check, params({"grammar": "root ::= root"}))
+    try:
+        await check.check(params({"json": {"type": "array", "minItems": 3}}), "parameters")
+        await check.check(params({"json": {"type": "object", "minProperties": 3}}), "parameters")
+        error = await refusal(check, params({"grammar": "root ::= root"}))
+    finally:
+        check.close()
     assert error.message.startswith(
         "parameters.structured_outputs: the engine cannot use this grammar: "
     )
@@ -163,24 +171,26 @@ def test_an_engine_failure_is_the_clients_only_when_its_grammar_was_in_play() ->
     ],
 )
 async def test_a_grammar_vllms_own_check_refuses_is_refused_before_the_engine_takes_it(
-    xgrammar_llm: Any, structured: dict[str, Any], reason: str
+    xgrammar_only_check: GrammarCheck, structured: dict[str, Any], reason: str
 ) -> None:
     """vLLM refuses these when the engine takes the request: an OpenAI stream would have
     started (200) by then, so the check refuses them first, with vLLM's reason."""
-    error = await refusal(GrammarCheck(xgrammar_llm), params(structured))
+    error = await refusal(xgrammar_only_check, params(structured))
     assert error.param == "parameters.structured_outputs"
     assert error.message == (
         f"parameters.structured_outputs: the engine cannot use this grammar: {reason}"
     )
 
 
-@pytest.fixture(scope="module")
-def xgrammar_llm(llm: Any) -> Any:
-    """The default model with xgrammar as its structured-output backend."""
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def xgrammar_only_check(llm: Any) -> AsyncIterator[GrammarCheck]:
+    """The check of the default model with xgrammar as its structured-output backend."""
     config = SimpleNamespace(
         **{
             **vars(llm.vllm_config),
             "structured_outputs_config": StructuredOutputsConfig(backend="xgrammar"),
         }
     )
-    return SimpleNamespace(**{**vars(llm), "vllm_config": config})
+    check = GrammarCheck(SimpleNamespace(**{**vars(llm), "vllm_config": config}))
+    yield check
+    check.close()
