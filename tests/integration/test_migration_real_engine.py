@@ -297,10 +297,10 @@ LONG_STREAM = 1500
 ENGINE_FAULT = "The engine failed twice while running this request"
 
 
-async def started(traffic: Traffic, asks: list[tuple[str, Ask]]) -> list[asyncio.Future[Outcome]]:
+async def started(traffic: Traffic, asks: list[tuple[str, Ask]]) -> list[asyncio.Task[Outcome]]:
     """The streams sent, once each has produced a token."""
     first = len(traffic.live)
-    streams = [asyncio.ensure_future(traffic.send(protocol, ask)) for protocol, ask in asks]
+    streams = [asyncio.create_task(traffic.send(protocol, ask)) for protocol, ask in asks]
     await until(lambda: all(o.tokens for o in traffic.live[first:]), "the streams did not start")
     return streams
 

@@ -244,7 +244,7 @@ def test_a_request_running_at_two_engine_deaths_in_a_row_ends_with_an_engine_fau
 def test_of_the_requests_at_a_second_death_only_those_at_the_first_end_the_others_resume() -> None:
     first, (second, third), succession = engines(4, 10, None)
 
-    async def both() -> list[Any]:
+    async def both() -> tuple[Any, Any]:
         resumed = ResumingRequest(first, "a", PROMPT, params(16), "resumed", {})
         started = asyncio.Event()
 
