@@ -29,6 +29,8 @@ START_SECONDS = 600.0
 """How long a worker may take to set up (import its libraries, build its tables)."""
 EXIT_WAIT_SECONDS = 1.0
 """How long a worker whose pipe closed is given to exit, for its exit status."""
+THREAD_EXIT_SECONDS = 1.0
+"""How long the threads a job started are given to end before its worker is replaced."""
 PARENT_POLL_SECONDS = 1.0
 """How often a worker looks whether the process that started it is still there."""
 
@@ -88,16 +90,30 @@ def serve(conn: Connection, spec: WorkerSpec, memory_bytes: int) -> None:
         conn.send(("failed", traceback.format_exc()))
         return
     conn.send(("ready", None))
+    threads = set(threading.enumerate())
     while True:
         try:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(outcome(spec.handle, state, job))
+        kind, value = outcome(spec.handle, state, job)
+        if kind == "done" and left_running(threads):
+            kind = "retire"
+        conn.send((kind, value))
+
+
+def left_running(threads: set[threading.Thread]) -> bool:
+    """Whether a job left a thread of its own running (vLLM gives up on a slow regex after a
+    while but leaves its thread compiling): its worker is then replaced."""
+    deadline = time.monotonic() + THREAD_EXIT_SECONDS
+    for thread in set(threading.enumerate()) - threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return any(thread.is_alive() for thread in set(threading.enumerate()) - threads)
 
 
 def outcome(handle: Callable[[Any, Any], Any], state: Any, job: Any) -> tuple[str, Any]:
-    """("done", result), ("memory", reason) or ("raised", traceback) of one job."""
+    """("done", result), ("memory", reason) or ("raised", traceback) of one job ("retire",
+    result: done, but the worker is to be replaced)."""
     try:
         return "done", handle(state, job)
     except MemoryError as exc:
@@ -130,6 +146,8 @@ class Worker:
         self.process.start()
         child.close()
         self._ready = False
+        self.retiring = False
+        """Whether its last job left work running: the pool replaces it."""
 
     async def started(self, seconds: float) -> None:
         """Wait until the worker has set up; `WorkerFailed` if it could not."""
@@ -159,6 +177,7 @@ class Worker:
             raise JobOutOfMemory(value)
         if kind == "raised":
             raise JobRaised(value)
+        self.retiring = kind == "retire"
         return value
 
     async def _receive(self, seconds: float) -> tuple[str, Any]:
@@ -240,8 +259,9 @@ class WorkerPool:
                 worker.kill()
                 self._replace()
                 raise
-            if self._closed:
+            if self._closed or worker.retiring:
                 worker.kill()
+                self._replace()
             else:
                 self._idle.append(worker)
             return result

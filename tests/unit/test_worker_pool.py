@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -41,7 +42,8 @@ def fake_setup(payload: str) -> str:
 
 
 def fake_job(state: str, job: tuple[str, Any]) -> Any:
-    """echo (the worker's pid and state), sleep, spin, allocate MB, exit, raise."""
+    """echo (the worker's pid and state), sleep, spin, allocate MB, exit, raise, or leave a
+    thread sleeping."""
     kind, value = job
     if kind == "sleep":
         time.sleep(value)
@@ -54,6 +56,8 @@ def fake_job(state: str, job: tuple[str, Any]) -> Any:
         os._exit(value)
     elif kind == "raise":
         raise ValueError(value)
+    elif kind == "thread":
+        threading.Thread(target=time.sleep, args=(value,), daemon=True).start()
     return os.getpid(), state
 
 
@@ -125,6 +129,17 @@ async def test_a_caller_that_leaves_kills_the_work(pool: WorkerPool) -> None:
     with pytest.raises(asyncio.CancelledError):
         await spinning
     await wait_until(lambda: gone(pid), "the worker of the cancelled job is killed")
+    fresh, _ = await pool.run(("echo", None))
+    assert fresh != pid
+
+
+async def test_a_job_that_leaves_a_thread_running_has_its_worker_replaced(
+    pool: WorkerPool,
+) -> None:
+    """As vLLM's regex compile does when it gives up on a pattern: its thread runs on."""
+    pid, _ = await pool.run(("thread", 0.01))
+    assert (await pool.run(("thread", 3600)))[0] == pid
+    await wait_until(lambda: gone(pid), "the worker with a thread left running is replaced")
     fresh, _ = await pool.run(("echo", None))
     assert fresh != pid
 
