@@ -1,7 +1,7 @@
 """The benchmark clients users point at a Triton or vLLM server, run against the real server:
-`vllm bench serve` (its OpenAI completions and chat backends) on `/v1`, and the blocks of
-docs/benchmarks/index.md as they are written there: AIPerf and guidellm on `/v1`, genai-perf
-in Triton mode and perf_analyzer on the gRPC stream. Each runs a short profile: no request
+the blocks of docs/benchmarks/index.md as they are written there: `vllm bench serve` (its
+OpenAI completions and chat backends), AIPerf and guidellm on `/v1`, genai-perf in Triton
+mode and perf_analyzer on the gRPC stream. Each runs a short profile: no request
 fails, and the tokens it reports are the tokens the server's own counters (vLLM's, on
 /metrics) saw generated."""
 
@@ -17,24 +17,17 @@ from transformers import AutoTokenizer
 
 from tests.support.servers import RunningServer
 from tests.support.third_party import (
-    MODEL,
     MODEL_DIR,
-    PERF_ANALYZER,
     Counters,
-    client_tool,
     counters,
     documented_blocks,
     flag,
+    installed,
     missing,
     read_json,
     run_block,
-    run_tool,
-    vllm_bench_serve,
 )
 
-REQUESTS = 4
-PROMPT_TOKENS = 32
-NEW_TOKENS = 8
 RESULTS = Path("bench") / "results" / "clients"
 """Where the documented blocks write, under the folder they run in."""
 
@@ -54,61 +47,26 @@ def skip_unless_runs(tool: Path) -> None:
 
 def run_documented(tool: str, server: RunningServer, folder: Path) -> tuple[str, Counters]:
     """Run the docs' block for `tool` in `folder`; the block and what the server counted."""
-    skip_unless_runs(PERF_ANALYZER if tool == "perf_analyzer" else client_tool(tool))
+    skip_unless_runs(installed(tool))
     block = documented_blocks()[tool]
     before = counters(server.base_url)
     run_block(block, server.base_url, server.grpc_url, folder)
     return block, settled(server, before)
 
 
-@pytest.mark.parametrize(
-    ("backend", "endpoint"),
-    [("openai", "/v1/completions"), ("openai-chat", "/v1/chat/completions")],
-)
-def test_vllm_bench_serve(
-    server: RunningServer, tmp_path: Path, backend: str, endpoint: str
-) -> None:
-    before = counters(server.base_url)
-    run_tool(
-        vllm_bench_serve(
-            "--backend",
-            backend,
-            "--base-url",
-            server.base_url,
-            "--endpoint",
-            endpoint,
-            "--model",
-            MODEL,
-            "--tokenizer",
-            str(MODEL_DIR),
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(PROMPT_TOKENS),
-            "--random-output-len",
-            str(NEW_TOKENS),
-            "--num-prompts",
-            str(REQUESTS),
-            "--max-concurrency",
-            "2",
-            "--ignore-eos",
-            "--ready-check-timeout-sec",
-            "0",
-            "--disable-tqdm",
-            "--save-result",
-            "--result-dir",
-            str(tmp_path),
-            "--result-filename",
-            "result.json",
-        ),
-        tmp_path / "vllm-bench.log",
-    )
-    result = read_json(tmp_path / "result.json")
-    seen = settled(server, before)
-    assert (result["completed"], result["failed"]) == (REQUESTS, 0)
-    assert result["total_output_tokens"] == REQUESTS * NEW_TOKENS == seen.generated_tokens
-    assert result["total_input_tokens"] == seen.prompt_tokens
-    assert seen.requests == REQUESTS
+def test_vllm_bench_serve(server: RunningServer, tmp_path: Path) -> None:
+    """Both commands of the block: OpenAI's completions, then chats."""
+    block, seen = run_documented("vllm", server, tmp_path)
+    requests, tokens = flag(block, "--num-prompts"), flag(block, "--random-output-len")
+    results = [
+        read_json(tmp_path / RESULTS / name) for name in ("vllm-bench.json", "vllm-bench-chat.json")
+    ]
+    for result in results:
+        assert (result["completed"], result["failed"]) == (requests, 0)
+        assert result["total_output_tokens"] == requests * tokens
+    assert seen.requests == 2 * requests
+    assert seen.generated_tokens == sum(r["total_output_tokens"] for r in results)
+    assert seen.prompt_tokens == sum(r["total_input_tokens"] for r in results)
 
 
 def test_aiperf(server: RunningServer, tmp_path: Path) -> None:
@@ -169,7 +127,8 @@ def test_perf_analyzer_grpc_stream(server: RunningServer, tmp_path: Path) -> Non
 def test_the_documented_blocks_change_only_the_documented_ports() -> None:
     """The blocks name the server as `make serve` starts it; the tests swap those ports."""
     blocks = documented_blocks()
-    assert sorted(blocks) == ["aiperf", "genai-perf", "guidellm", "perf_analyzer"]
+    assert sorted(blocks) == ["aiperf", "genai-perf", "guidellm", "perf_analyzer", "vllm"]
     for tool, block in blocks.items():
         assert re.search(r"localhost:800[01]", block), tool
-        assert "--tokenizer" not in block, "the launcher passes .cache/models/smollm2"
+        if tool != "vllm":
+            assert "--tokenizer" not in block, "the launcher passes .cache/models/smollm2"

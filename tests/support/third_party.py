@@ -1,8 +1,7 @@
-"""The benchmark clients users run against Triton and vLLM servers, as installed by `make test`:
-`vllm bench serve` from our own environment (vLLM's CLI), and AIPerf, guidellm, genai-perf and
-perf_analyzer from `.cache/clients` (their own virtual environment: their pins clash with ours;
-perf_analyzer is the binary of tritonclient's last wheel built for this glibc), and the command
-blocks of docs/benchmarks/index.md that run them, run as they are written there."""
+"""The benchmark clients users run against Triton and vLLM servers, as installed by `make test`
+(`vllm bench serve` in our own environment; AIPerf, guidellm, genai-perf and perf_analyzer in
+`.cache/clients`, their own virtual environment, as their pins clash with ours), and the
+command blocks of docs/benchmarks/index.md that run them, run as they are written there."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,13 +23,21 @@ PERF_ANALYZER_HOME = CLIENTS / "perf-analyzer"
 PERF_ANALYZER = PERF_ANALYZER_HOME / "bin" / "perf_analyzer"
 CUDA_RUNTIME = PERF_ANALYZER_HOME / "nvidia" / "cuda_runtime" / "lib"
 """libcudart.so.12, which perf_analyzer links (it runs without a GPU)."""
+VLLM = PROJECT_ROOT / ".venv" / "bin" / "vllm"
 MODEL = "smollm2"
 MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 LABELS = {"model": MODEL, "version": "1"}
 TOOL_TIMEOUT_S = 420
-"""One tool's short run on a slow 2-core CPU, its start-up included."""
-VLLM_CLI = "vllm.entrypoints.cli.main"
-"""vLLM's own `vllm` command (with the CPU build, `make setup` makes its version resolvable)."""
+"""One block's short run on a slow 2-core CPU, its tools' start-up included."""
+
+
+def installed(tool: str) -> Path:
+    """Where the documented block's `tool` is installed."""
+    if tool == "vllm":
+        return VLLM
+    if tool == "perf_analyzer":
+        return PERF_ANALYZER
+    return CLIENTS / "bin" / tool
 
 
 def missing(tool: Path) -> str | None:
@@ -39,63 +45,12 @@ def missing(tool: Path) -> str | None:
     if not tool.exists():
         return f"{tool} is not installed: `make clients` (part of `make test`) installs it"
     if tool == PERF_ANALYZER:
-        result = subprocess.run(["ldd", str(tool)], capture_output=True, text=True, env=tool_env())
+        env = {**os.environ, "LD_LIBRARY_PATH": str(CUDA_RUNTIME)}
+        result = subprocess.run(["ldd", str(tool)], capture_output=True, text=True, env=env)
         absent = [line.split()[0] for line in result.stdout.splitlines() if "not found" in line]
         if absent:
             return f"perf_analyzer needs shared libraries this machine lacks: {', '.join(absent)}"
     return None
-
-
-def client_tool(name: str) -> Path:
-    return CLIENTS / "bin" / name
-
-
-def tool_env(hub_offline: bool = True) -> dict[str, str]:
-    """The tools' environment: perf_analyzer on the PATH with its CUDA runtime, and no model
-    hub: offline, or (`hub_offline` False) a hub address nothing answers. AIPerf reads
-    HF_HUB_OFFLINE as "load tokenizers from the hub's cache only", which refuses a folder."""
-    path = os.pathsep.join(
-        [str(PERF_ANALYZER.parent), str(CLIENTS / "bin"), os.environ.get("PATH", "")]
-    )
-    libraries = os.pathsep.join(
-        filter(None, [str(CUDA_RUNTIME), os.environ.get("LD_LIBRARY_PATH")])
-    )
-    env = {
-        **os.environ,
-        "PATH": path,
-        "LD_LIBRARY_PATH": libraries,
-        "NO_COLOR": "1",
-        "TERM": "dumb",
-    }
-    if hub_offline:
-        return {**env, "HF_HUB_OFFLINE": "1"}
-    env = {k: v for k, v in env.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    return {**env, "HF_ENDPOINT": UNREACHABLE_HUB, "HF_HUB_DISABLE_TELEMETRY": "1"}
-
-
-UNREACHABLE_HUB = "http://127.0.0.1:9"
-"""The discard port: a hub request fails at once."""
-
-
-def run_tool(argv: list[str], log: Path, cwd: Path | None = None, hub_offline: bool = True) -> None:
-    """Run a tool to its end, its output in `log`; fail with the log's end if it fails."""
-    with log.open("w") as out:
-        code = subprocess.run(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=tool_env(hub_offline),
-            timeout=TOOL_TIMEOUT_S,
-        ).returncode
-    if code != 0:
-        raise AssertionError(
-            f"{argv[0]} exited with {code}:\n{log.read_text(errors='replace')[-3000:]}"
-        )
-
-
-def vllm_bench_serve(*args: str) -> list[str]:
-    return [sys.executable, "-m", VLLM_CLI, "bench", "serve", *args]
 
 
 @dataclass(frozen=True)
@@ -140,7 +95,9 @@ def read_json(path: Path) -> dict[str, Any]:
 CLIENT_DOC = PROJECT_ROOT / "docs" / "benchmarks" / "index.md"
 START = "<!-- client commands: tests/integration/test_third_party_clients.py runs each block -->"
 END = "<!-- end of client commands -->"
-LAUNCHER = re.compile(r"^\.cache/clients/launch/([\w-]+) ", re.MULTILINE)
+TOOL = re.compile(r"^(?:\.cache/clients/launch/|\.venv/bin/)([\w-]+) ", re.MULTILINE)
+"""A documented command: a launcher of `make clients`, or vLLM's command from the server's
+environment."""
 DOCUMENTED_PORTS = {"http": "localhost:8000", "grpc": "localhost:8001"}
 
 
@@ -152,7 +109,7 @@ def documented_blocks(path: Path = CLIENT_DOC) -> dict[str, str]:
     blocks = re.findall(r"^```bash\n(.*?)^```$", marked, re.MULTILINE | re.DOTALL)
     found = {}
     for block in blocks:
-        tools = set(LAUNCHER.findall(block))
+        tools = set(TOOL.findall(block))
         assert len(tools) == 1, f"a block of {path} launches one tool: {block}"
         found[tools.pop()] = block
     return found
@@ -166,13 +123,14 @@ def flag(block: str, pattern: str) -> int:
 
 
 def run_block(block: str, base_url: str, grpc_url: str, cwd: Path) -> None:
-    """Run a documented block with bash as a user would, in `cwd` (where `.cache` is this
-    checkout's), against the test server: only the documented ports are changed."""
+    """Run a documented block with bash as a user would, in `cwd` (where `.cache` and `.venv`
+    are this checkout's), against the test server: only the documented ports are changed."""
     urls = {"http": base_url.removeprefix("http://"), "grpc": grpc_url}
     for kind, documented in DOCUMENTED_PORTS.items():
         if documented in block:
             block = block.replace(documented, urls[kind])
-    (cwd / ".cache").symlink_to(PROJECT_ROOT / ".cache")
+    for folder in (".cache", ".venv"):
+        (cwd / folder).symlink_to(PROJECT_ROOT / folder)
     log = cwd / "block.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", "TERM": "dumb"}
     with log.open("w") as out:

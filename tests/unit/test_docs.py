@@ -257,7 +257,8 @@ def test_the_defaults_the_pages_give_are_the_settings_defaults() -> None:
 
 
 CLIENT_COMMAND = re.compile(
-    r"^\s*(\.cache/clients/launch/|genai-perf |aiperf |guidellm |perf_analyzer )"
+    r"^\s*(\.cache/clients/launch/|(\.venv/bin/)?vllm bench |genai-perf |aiperf |guidellm "
+    r"|perf_analyzer )"
 )
 
 
