@@ -25,7 +25,16 @@ HUGE = "x" * 7_000_000
 """Within the default body limit (8 MiB) with the rest of a body."""
 WORDS = "a " * 3_500_000
 
+NEAR_LIMIT = " ".join(f"w{i % 997}" for i in range(30_000))
+"""Just under the characters vLLM lets through to its tokenizer for a 2,048-token context."""
+
 HEAVY: list[tuple[str, str, dict[str, Any]]] = [
+    ("tokenized_prompt", "/v1/completions", {"prompt": NEAR_LIMIT}),
+    (
+        "templated_chat",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": NEAR_LIMIT}] * 2},
+    ),
     ("triton_prompt", "/v2/models/smollm2/generate", {"text_input": WORDS}),
     ("openai_prompt", "/v1/completions", {"prompt": WORDS}),
     ("chat_message", "/v1/chat/completions", {"messages": [{"role": "user", "content": WORDS}]}),
