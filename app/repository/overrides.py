@@ -163,11 +163,23 @@ def write_override(folder: Path, model_dir: Path, override: ModelOverride) -> No
     (folder / CONFIG_FILE).write_text(text_format.MessageToString(config))
     if override.files:
         for path, content in override.files.items():
-            target = folder / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            write_uploaded_file(folder, path, content)
         check_uploaded_files(folder)
         return
     for version in model_dir.iterdir():
         if version.is_dir() and version.name.isdigit():
             (folder / version.name).symlink_to(version.resolve(), target_is_directory=True)
+
+
+def write_uploaded_file(folder: Path, path: str, content: bytes) -> None:
+    """One of a load request's files, or a 400 naming it when another of its files is in the
+    way (`file:1/a` beside `file:1/a/b`, or a file named like a version folder)."""
+    target = folder / path
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:
+        raise InvalidRequestError(
+            f"load request file '{path}': another file of the request has its place or is "
+            "where its folder would be"
+        ) from exc

@@ -331,3 +331,15 @@ def test_a_grpc_load_with_150000_files_is_refused_before_it_is_parsed(repository
             service_pb2.RepositoryModelLoadRequest(model_name="fake").SerializeToString(),
             timeout=30,
         )
+
+
+@pytest.mark.parametrize(
+    "colliding", [{"1__weights__config.json__x": b"{}"}, {"1__model.json__inner": b"{}"}]
+)
+def test_files_in_each_others_way_are_a_400_naming_the_file(
+    explicit: TestClient, colliding: dict[str, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    response = explicit.post(LOAD, json=upload({"model": "weights"}, **colliding))
+    assert response.status_code == 400
+    assert "another file of the request has its place" in response.json()["error"]
+    assert "Traceback" not in caplog.text
