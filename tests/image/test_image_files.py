@@ -1,5 +1,5 @@
-"""The images themselves: size within the budget the docs give, HEALTHCHECK kept, and the
-with-model image's weights readable by the user it runs as."""
+"""The images themselves: size within the budget the docs give, HEALTHCHECK kept, the
+with-model image's weights readable by the user it runs as, and vLLM's own command working."""
 
 from __future__ import annotations
 
@@ -42,3 +42,9 @@ def test_the_with_model_image_user_reads_every_model_file() -> None:
     result = run(TOOL, *command)
     uid, count = result.stdout.split()
     assert uid == "1000" and int(count) >= 5
+
+
+def test_vllms_own_command_answers_in_the_image() -> None:
+    """`vllm --version` (and so `vllm bench serve`) with the CPU build, as in `.venv`."""
+    command = ("run", "--rm", "--entrypoint", "vllm", IMAGE_CPU, "--version")
+    assert run(TOOL, *command).stdout.strip().startswith("0.32.0")
