@@ -83,6 +83,7 @@ def serve(conn: Connection, spec: WorkerSpec, memory_bytes: int) -> None:
     """A worker's life: its memory bound, its set-up, then one job after another until the
     pipe closes."""
     watch_parent(os.getppid())
+    name_process(spec.name)
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
     try:
         state = spec.setup(spec.payload)
@@ -100,6 +101,15 @@ def serve(conn: Connection, spec: WorkerSpec, memory_bytes: int) -> None:
         if kind == "done" and left_running(threads):
             kind = "retire"
         conn.send((kind, value))
+
+
+def name_process(name: str) -> None:
+    """The worker's name in `ps` and /proc (its command line), where setproctitle is there."""
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    setproctitle.setproctitle(name)
 
 
 def left_running(threads: set[threading.Thread]) -> bool:
@@ -195,6 +205,7 @@ class Worker:
             await asyncio.wait_for(readable, seconds)
         finally:
             loop.remove_reader(fd)
+            os.set_blocking(fd, True)  # uvloop's reader left it non-blocking: sends would fail
         try:
             message: tuple[str, Any] = self._conn.recv()
         except (EOFError, OSError):

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+import uvloop
 
 from app.engine.worker_pool import (
     JobCrashed,
@@ -142,6 +143,22 @@ async def test_a_job_that_leaves_a_thread_running_has_its_worker_replaced(
     await wait_until(lambda: gone(pid), "the worker with a thread left running is replaced")
     fresh, _ = await pool.run(("echo", None))
     assert fresh != pid
+
+
+def test_large_jobs_go_through_under_uvloop() -> None:
+    """uvloop (the server's loop) leaves a pipe it watched non-blocking: a job larger than the
+    pipe's buffer must still reach the worker whole."""
+    large = "x" * 32 * 2**20
+
+    async def run_twice() -> list[Any]:
+        pool = pool_of(job_seconds=WAIT_SECONDS)
+        try:
+            return [await pool.run(("echo", None)), await pool.run(("echo", large))]
+        finally:
+            pool.close()
+
+    first, second = uvloop.run(run_twice())
+    assert first[0] == second[0]
 
 
 async def test_a_crash_or_an_exception_in_a_job_is_reported(pool: WorkerPool) -> None:

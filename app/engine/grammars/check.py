@@ -93,10 +93,10 @@ class GrammarCheck:
             verdict = await self._workers().run(CheckJob(params, field, self._backend_name))
         except JobTimedOut as exc:
             reason = f"the grammar is too large to compile within {options.job_seconds:g} s"
-            raise refusal(name, reason) from exc
+            raise stopped(name, reason, exc) from exc
         except (JobOutOfMemory, JobCrashed) as exc:
             reason = f"the grammar is too large to compile within {options.memory_mb} MB"
-            raise refusal(name, reason) from exc
+            raise stopped(name, reason, exc) from exc
         except WorkerFailed as exc:
             self._give_up(f"the grammar worker could not start: {exc}")
             return
@@ -130,6 +130,12 @@ class GrammarCheck:
         """Stop the workers (the engine stopped)."""
         if self._pool is not None:
             self._pool.close()
+
+
+def stopped(name: str, reason: str, exc: Exception) -> InvalidRequestError:
+    """The refusal of a grammar whose compile was stopped; its worker's end logged."""
+    logger.info("a grammar worker was replaced: %s (%s)", exc, reason)
+    return refusal(name, reason)
 
 
 _CHECKS: weakref.WeakKeyDictionary[Any, GrammarCheck] = weakref.WeakKeyDictionary()
