@@ -13,7 +13,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.errors import InvalidRequestError, did_you_mean
-from app.schemas.validation import invalid_request
+from app.schemas.validation import check_unicode, invalid_request
 
 HIDDEN_SAMPLING_FIELDS = frozenset(
     {
@@ -94,6 +94,7 @@ def structured_outputs(value: Any, where: str) -> StructuredOutputsParams:
             raise InvalidRequestError(f"{field}: invalid JSON: {exc}") from exc
         except RecursionError as exc:
             raise InvalidRequestError(f"{field}: JSON nested too deeply") from exc
+        check_unicode(value, field)
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{field}: must be a JSON object")
     try:

@@ -15,7 +15,7 @@ from app.core.types import GenerationRequest, LoraAdapter
 from app.errors import InvalidRequestError
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest, SamplingParameters
-from app.schemas.validation import validate_data
+from app.schemas.validation import check_unicode, validate_data
 from app.triton.model_config import BACKEND_INPUTS
 
 APPLY_CHAT_TEMPLATE = "APPLY_CHAT_TEMPLATE"
@@ -158,13 +158,16 @@ def collect_parameters(body: GenerateRequest) -> dict[str, Any]:
 
 
 def load_json_text(text: str, location: str) -> Any:
-    """JSON carried inside a string field, or a 400 naming the field."""
+    """JSON carried inside a string field, or a 400 naming the field (a lone surrogate
+    escaped in it too)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidRequestError(f"{location}: invalid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRequestError(f"{location}: JSON nested too deeply") from exc
+    check_unicode(value, location)
+    return value
 
 
 def dump_parameters(parameters: SamplingParameters) -> dict[str, Any]:

@@ -189,6 +189,7 @@ def test_sampling_parameters_string_replaces_parameters() -> None:
         ("{bad", "sampling_parameters: invalid JSON"),
         ("[1]", "must be a JSON object"),
         ('{"top_p": 5}', "sampling_parameters.top_p"),
+        ('{"stop": ["\\ud800"]}', r"sampling_parameters\.stop\[0\]: not valid Unicode"),
     ],
 )
 def test_bad_sampling_parameters_are_named(raw: str, message: str) -> None:
@@ -217,6 +218,12 @@ def test_structured_outputs_from_object_or_json_string(key: str) -> None:
         ).engine_request.sampling_params
         assert sampling.structured_outputs is not None
         assert sampling.structured_outputs.choice == ["yes", "no"]
+
+
+def test_structured_outputs_json_string_with_a_lone_surrogate_is_refused() -> None:
+    text = json.dumps({"choice": ["a", "\udfff"]})  # the escape, as a client sends it
+    with pytest.raises(InvalidRequestError, match=r"structured_outputs\.choice\[1\]: not valid"):
+        plan({"text_input": "x", "parameters": {"structured_outputs": text}})
 
 
 def test_lora_errors_use_the_backend_messages(tmp_path: Path) -> None:
