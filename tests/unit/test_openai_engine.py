@@ -181,18 +181,23 @@ def test_a_field_of_the_wrong_type_is_a_400_naming_it_where_vllms_validators_cra
 
 
 class FakeLLM:
-    """The `AsyncLLM` surface the guarded client uses: generate (one token per step), abort."""
+    """The `AcceptingAsyncLLM` surface the guarded client uses: generate (the request taken,
+    then one token per step), abort."""
 
     def __init__(self, steps: int = 3, delay: float = 0.0) -> None:
         self.steps, self.delay = steps, delay
         self.model_config = SimpleNamespace(max_model_len=2048)
         self.started: list[str] = []
         self.closed: list[str] = []
+        self.on_accepted: dict[str, Any] = {}
 
     async def generate(
         self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
     ) -> AsyncIterator[Any]:
         self.started.append(request_id)
+        accepted = self.on_accepted.pop(request_id, None)
+        if accepted is not None:
+            accepted()
         try:
             for step in range(self.steps):
                 await asyncio.sleep(self.delay)
