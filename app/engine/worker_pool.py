@@ -87,6 +87,9 @@ def serve(conn: Connection, spec: WorkerSpec, memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
     try:
         state = spec.setup(spec.payload)
+    except MemoryError:
+        conn.send(("failed", f"its memory bound ({memory_bytes // 2**20} MB) is too low to start"))
+        return
     except BaseException:  # noqa: BLE001 - reported to the pool, whatever it was
         conn.send(("failed", traceback.format_exc()))
         return

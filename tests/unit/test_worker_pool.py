@@ -36,9 +36,11 @@ WAIT_SECONDS = 60.0
 
 
 def fake_setup(payload: str) -> str:
-    """A worker's set-up: fails when told to."""
+    """A worker's set-up: fails, or needs 1 GB, when told to."""
     if payload == "fail":
         raise RuntimeError("cannot set up: told to fail")
+    if payload == "greedy":
+        return str(len(bytearray(2**30)))
     return payload
 
 
@@ -180,6 +182,11 @@ async def test_a_worker_that_cannot_set_up_is_reported_once_and_not_started_agai
     with pytest.raises(WorkerFailed, match="cannot set up: told to fail"):
         await pool.run(("echo", None))
     assert started == []
+
+
+async def test_a_worker_whose_set_up_needs_more_than_its_bound_says_so() -> None:
+    with pytest.raises(WorkerFailed, match=r"its memory bound \(512 MB\) is too low to start"):
+        await pool_of("greedy").run(("echo", None))
 
 
 async def test_jobs_wait_for_a_free_worker_and_close_kills_the_idle_ones() -> None:
