@@ -55,9 +55,14 @@ class GenerationRequest:
 
     def route(self) -> RouteHint:
         """What the request is routed to a model's instance by: its prompt (as the client
-        gave it, before any chat template), its adapter and its pin."""
+        gave it, before any chat template, and whether one wraps it), its adapter and pin."""
         adapter = self.lora.name if self.lora is not None else None
-        return RouteHint(text=self.prompt, adapter=adapter, pin=self.instance_pin)
+        return RouteHint(
+            text=self.prompt,
+            adapter=adapter,
+            pin=self.instance_pin,
+            chat_template=self.chat_template,
+        )
 
 
 @dataclass(slots=True)

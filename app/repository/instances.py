@@ -13,18 +13,20 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
-from app.core.routing import BLOCK_TOKENS, RoutingMode, RoutingPolicy
+from app.core.routing import BLOCK_TOKENS, LoadView, RoutingMode, RoutingPolicy
 from app.errors import ModelConfigError
 
 GROUP = model_config_pb2.ModelInstanceGroup
 ROUTING_PARAMETER = "INSTANCE_ROUTING"
 PREFIX_TOKENS_PARAMETER = "INSTANCE_ROUTING_PREFIX_TOKENS"
 BUSY_MARGIN_PARAMETER = "INSTANCE_ROUTING_BUSY_MARGIN"
+HIT_TOKENS_PARAMETER = "INSTANCE_ROUTING_HIT_TOKENS"
+LOAD_VIEW_PARAMETER = "INSTANCE_ROUTING_LOAD_VIEW"
 MAX_INSTANCES_PER_MODEL = 64
 """The most instances (engines) one model version may have, unless the server says otherwise."""
 MULTI_GPU_MESSAGE = (
@@ -32,6 +34,7 @@ MULTI_GPU_MESSAGE = (
     "config.pbtxt for multi-GPU models"
 )
 """The backend's refusal of a KIND_GPU model with tensor × pipeline parallel size > 1."""
+Choice = TypeVar("Choice", RoutingMode, LoadView)
 
 
 class InstanceKind(str, Enum):
@@ -230,18 +233,28 @@ def group_gpus(group: Message, where: str, devices: HostDevices) -> list[str]:
 
 def routing_policy(parameters: Mapping[str, str], path: Path) -> RoutingPolicy:
     """The model's routing between its instances, from config.pbtxt's `parameters`."""
-    mode = parameters.get(ROUTING_PARAMETER, RoutingMode.LEAST_LOADED.value).strip().lower()
-    if mode not in {m.value for m in RoutingMode}:
-        known = " or ".join(f"'{m.value}'" for m in RoutingMode)
-        raise ModelConfigError(f"{path}: {ROUTING_PARAMETER} must be {known}, got '{mode[:40]}'")
+    mode = choice(parameters, ROUTING_PARAMETER, RoutingMode, RoutingMode.LEAST_LOADED, path)
+    load_view = choice(parameters, LOAD_VIEW_PARAMETER, LoadView, LoadView.ENGINE, path)
     defaults = RoutingPolicy()
+    tokens = integer(parameters, PREFIX_TOKENS_PARAMETER, 0, BLOCK_TOKENS, path)
     return RoutingPolicy(
-        RoutingMode(mode),
-        prefix_tokens=integer(
-            parameters, PREFIX_TOKENS_PARAMETER, defaults.prefix_tokens, BLOCK_TOKENS, path
-        ),
+        mode,
+        prefix_tokens=tokens or None,
         busy_margin=integer(parameters, BUSY_MARGIN_PARAMETER, defaults.busy_margin, 0, path),
+        hit_tokens=integer(parameters, HIT_TOKENS_PARAMETER, defaults.hit_tokens, 1, path),
+        load_view=load_view,
     )
+
+
+def choice(
+    parameters: Mapping[str, str], key: str, kind: type[Choice], default: Choice, path: Path
+) -> Choice:
+    """A parameter naming one of an enumeration's values (any case)."""
+    text = parameters.get(key, default.value).strip().lower()
+    if text not in {member.value for member in kind}:
+        known = " or ".join(f"'{member.value}'" for member in kind)
+        raise ModelConfigError(f"{path}: {key} must be {known}, got '{text[:40]}'")
+    return kind(text)
 
 
 def integer(parameters: Mapping[str, str], key: str, default: int, least: int, path: Path) -> int:

@@ -7,10 +7,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
-from app.core.routing import InstanceRouter, RouteHint, RoutingMode, pinned_index, prefix_key
+from app.core.kv_index import prompt_keys
+from app.core.load_view import PendingCount, signals_of
+from app.core.routing import (
+    InstanceRouter,
+    InstanceView,
+    LoadView,
+    RouteHint,
+    RoutingMode,
+    load_score,
+    pinned_index,
+    prefix_key,
+)
 from app.core.types import InferenceEngine
 from app.errors import EngineUnhealthyError, ModelUnavailableError, OverloadedError
 from app.repository.instances import ModelInstance
@@ -20,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 ENABLE_VLLM_HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
 ABORT_GRACE_SECONDS = 5.0
+THREAD_TOKENIZE_CHARS = 4096
+"""cache_aware: a prompt longer than this is tokenized in a worker thread, off the event loop."""
 SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
 
 
@@ -39,13 +52,14 @@ class ModelState(str, Enum):
 
 @dataclass(eq=False)
 class InstanceSlot:
-    """One instance of a model version: its engine (replaced when it fails), its state and
-    how many admitted requests were routed to it."""
+    """One instance of a model version: its engine (replaced when it fails), its state, how
+    many admitted requests were routed to it, and how many since its engine's last report."""
 
     instance: ModelInstance
     engine: InferenceEngine
     state: ModelState = ModelState.LOADING
     admitted: int = 0
+    pending: PendingCount = field(default_factory=PendingCount)
 
     @property
     def is_ready(self) -> bool:
@@ -159,7 +173,7 @@ class ServedModel:
         if not self.is_ready:
             raise EngineUnhealthyError()
 
-    def route(self, hint: RouteHint | None = None) -> InstanceSlot:
+    async def route(self, hint: RouteHint | None = None) -> InstanceSlot:
         """The instance a request goes to: the one it pins (where allowed; a 400 for no such
         instance), else one of the ready ones as the model's routing policy chooses."""
         hint = hint or RouteHint()
@@ -173,15 +187,50 @@ class ServedModel:
         ready = [slot for slot in self.slots if slot.is_ready]
         if not ready:
             raise EngineUnhealthyError()
-        loads = {slot.instance.index: slot.admitted for slot in ready}
-        key = None
+        key, cached = None, None
         policy = self.router.policy
         if policy.mode is RoutingMode.PREFIX:
             tokens = hint.token_ids
             if tokens is None:
-                tokens = ready[0].engine.prefix_tokens(hint.text, policy.prefix_tokens)
-            key = prefix_key(tokens, hint.adapter, policy.prefix_tokens)
-        return self.slots[self.router.choose(loads, key)]
+                tokens = ready[0].engine.prefix_tokens(hint.text, policy.tokens)
+            key = prefix_key(tokens, hint.adapter, policy.tokens)
+        elif policy.mode is RoutingMode.CACHE_AWARE:
+            cached = await self._cached_tokens(ready, hint)
+        loads = {slot.instance.index: load_score(self._view(slot)) for slot in ready}
+        slot = self.slots[self.router.choose(loads, key, cached)]
+        slot.pending.count += 1
+        return slot
+
+    def _view(self, slot: InstanceSlot) -> InstanceView:
+        """What routing knows of a ready instance: its engine's latest report (where it
+        reports, and the model routes by it) and what this process sent it since."""
+        signals = signals_of(slot.engine)
+        if signals is None or self.router.policy.load_view is LoadView.PROCESS:
+            return InstanceView(slot.admitted)
+        report = signals.board.read()
+        return InstanceView(slot.admitted, report, slot.pending.since(report), signals.clients)
+
+    async def _cached_tokens(
+        self, ready: Sequence[InstanceSlot], hint: RouteHint
+    ) -> dict[int, int] | None:
+        """cache_aware: how many of the prompt's leading tokens each instance's KV cache
+        holds; None where no engine says what its cache holds."""
+        caches = {}
+        for slot in ready:
+            signals = signals_of(slot.engine)
+            if signals is not None and signals.cache is not None and signals.cache.block_size:
+                caches[slot.instance.index] = signals.cache
+        if not caches:
+            return None
+        limit = self.router.policy.tokens
+        tokens = hint.token_ids
+        if tokens is None:
+            tokens = await prompt_tokens(ready[0].engine, hint, limit)
+        held = {}
+        for index, cache in caches.items():
+            keys = prompt_keys(tokens, cache.block_size, hint.adapter, limit // cache.block_size)
+            held[index] = cache.match(keys) * cache.block_size
+        return held
 
     @asynccontextmanager
     async def admit(
@@ -203,7 +252,7 @@ class ServedModel:
                 f"Model '{self.name}' is overloaded: {len(self.in_flight)} "
                 f"requests pending; retry later"
             )
-        slot = self.route(route)
+        slot = await self.route(route)
         slot.admitted += 1
         try:
             if self.spec.flag(ENABLE_VLLM_HEALTH_CHECK):
@@ -255,3 +304,16 @@ class ServedModel:
             if slot is not None:
                 await slot.engine.abort(request_id)
         await self.wait_idle(ABORT_GRACE_SECONDS)
+
+
+async def prompt_tokens(engine: InferenceEngine, hint: RouteHint, limit: int) -> Sequence[int]:
+    """The first `limit` tokens of the prompt as the engine will see it (wrapped in the chat
+    template where the request asks for it); a long one tokenized in a worker thread."""
+
+    def tokenize() -> Sequence[int]:
+        text = engine.render_chat_prompt(hint.text) if hint.chat_template else hint.text
+        return engine.prefix_tokens(text, limit)
+
+    if len(hint.text) > THREAD_TOKENIZE_CHARS:
+        return await asyncio.to_thread(tokenize)
+    return tokenize()

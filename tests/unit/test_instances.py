@@ -166,9 +166,15 @@ def test_kind_gpu_with_several_devices_per_engine_is_the_backends_error(
 @pytest.mark.parametrize(
     ("parameter", "value", "message"),
     [
-        ("INSTANCE_ROUTING", "random", "INSTANCE_ROUTING must be 'least_loaded' or 'prefix'"),
+        (
+            "INSTANCE_ROUTING",
+            "random",
+            "INSTANCE_ROUTING must be 'least_loaded' or 'cache_aware' or 'prefix', got 'random'",
+        ),
         ("INSTANCE_ROUTING_PREFIX_TOKENS", "8", "INSTANCE_ROUTING_PREFIX_TOKENS must be"),
         ("INSTANCE_ROUTING_BUSY_MARGIN", "-1", "INSTANCE_ROUTING_BUSY_MARGIN must be"),
+        ("INSTANCE_ROUTING_HIT_TOKENS", "0", "INSTANCE_ROUTING_HIT_TOKENS must be an integer of"),
+        ("INSTANCE_ROUTING_LOAD_VIEW", "x", "INSTANCE_ROUTING_LOAD_VIEW must be 'engine' or"),
     ],
 )
 def test_routing_parameters_are_checked(
