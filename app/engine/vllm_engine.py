@@ -18,12 +18,13 @@ from vllm.lora.request import LoRARequest
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from app.core.load_view import EngineSignals
 from app.core.migration import EngineHandover
 from app.core.types import GenerationChunk, GenerationRequest
 from app.engine.accepting_llm import AcceptingAsyncLLM
 from app.engine.capacity import admission_capacity
 from app.engine.client_slot import ClientSlot, CoreBroker
-from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
+from app.engine.grammars import ENGINE_ERROR, close_grammar_check, failure_of, grammar_check
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.openai_options import engine_reasoning_parser, openai_options
 from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
@@ -33,6 +34,7 @@ from app.engine.processes import engine_processes, kill_survivors
 from app.engine.progress import StepCounter
 from app.engine.ray_cluster import engine_group
 from app.engine.resuming_client import ResumingRequest, can_migrate
+from app.engine.routing_signals import SignalSource
 from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
@@ -44,8 +46,9 @@ Built = TypeVar("Built")
 
 MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
 """glibc's: returns the free heap to the system (absent from other C libraries)."""
-PREFIX_CHARS_PER_TOKEN = 24
-"""`prefix_tokens` tokenizes this many characters per token wanted (tokens are shorter)."""
+PREFIX_CHARS_PER_TOKEN = (6, 24)
+"""`prefix_tokens` tokenizes this many characters per token wanted, then (where those were
+too few) this many (tokens are shorter)."""
 
 try:  # vLLM >= 0.11 splits client errors from server errors
     from vllm.exceptions import VLLMClientError
@@ -96,6 +99,9 @@ class VllmEngine:
         self._steps = StepCounter()
         self.handover: EngineHandover | None = None
         """Set by supervision: running requests resume on the replacement when this dies."""
+        self._signals = SignalSource(spec)
+        self.routing_signals: EngineSignals | None = None
+        """Its load reports and what its KV cache holds, for routing (once started)."""
 
     async def start(self) -> None:
         """Wait for the engine's Ray group to be whole (if on Ray), then build the engine in a
@@ -108,12 +114,15 @@ class VllmEngine:
             await self._group.stop()
             raise
         if self._cores is not None:
-            self._slot = await self._cores.acquire(self._spec)
+            self._slot = await self._cores.acquire(self._signals.core_spec())
+            self._signals.joined(self._slot)
         self._creating = asyncio.ensure_future(asyncio.to_thread(self._create_placed))
         self._llm = await asyncio.shield(self._creating)
         self._group.engine_built()
         self._processes = engine_processes(self._llm)
         self._steps.watch(self._llm)
+        clients = self._slot.count if self._slot is not None else 1
+        self.routing_signals = self._signals.started(self._llm.vllm_config, clients)
         tokenizer = self._llm.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
         try:
@@ -137,7 +146,7 @@ class VllmEngine:
         writes the defaults back into the ones it is given."""
         if self._slot is not None:
             return shared_engine_config(self._engine_args, self._slot.count, self._slot.index)
-        args = AsyncEngineArgs(**self._engine_args)
+        args = AsyncEngineArgs(**self._signals.own_core_args(self._engine_args))
         return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
     def _create_placed(self) -> AcceptingAsyncLLM:
@@ -148,7 +157,7 @@ class VllmEngine:
 
     def _create(self) -> AcceptingAsyncLLM:
         config = self.engine_config()
-        stat_loggers: list[Any] = [NoVllmPrometheus]
+        stat_loggers: list[Any] = [NoVllmPrometheus, self._signals.stat_logger()]
         if self._metrics is not None:
             families = self._metrics.families(config.model_config.max_model_len)
             stat_loggers.append(families.stat_logger_factory(*self._labels))
@@ -187,11 +196,14 @@ class VllmEngine:
             handler = getattr(llm, "output_handler", None)
             if handler is not None:
                 handler.cancel()
+            close_grammar_check(llm)
             await asyncio.to_thread(llm.shutdown)
             del llm, processor, handler
             kill_survivors(self._processes)
             return_freed_memory()
         await self._group.stop()
+        self.routing_signals = None
+        await self._signals.stop()
         slot, self._slot = self._slot, None
         if slot is not None and self._cores is not None:
             await self._cores.release(slot)
@@ -273,13 +285,16 @@ class VllmEngine:
         return prompt
 
     def prefix_tokens(self, text: str, limit: int) -> list[int]:
-        """The first `limit` tokens of `text` (only its leading characters are tokenized)."""
+        """The first `limit` tokens of `text` as the engine tokenizes it (special tokens
+        included); only its leading characters are tokenized, a few per token first."""
         if self._tokenizer is None:
             return []
-        ids = self._tokenizer.encode(
-            text[: limit * PREFIX_CHARS_PER_TOKEN], add_special_tokens=False
-        )
-        return list(ids[:limit])
+        ids: list[int] = []
+        for chars_per_token in PREFIX_CHARS_PER_TOKEN:
+            ids = list(self._tokenizer.encode(text[: limit * chars_per_token]))
+            if len(ids) >= limit or len(text) <= limit * chars_per_token:
+                break
+        return ids[:limit]
 
     @property
     def openai_serving(self) -> VllmOpenAIServing | None:

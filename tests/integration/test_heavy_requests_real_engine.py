@@ -20,6 +20,8 @@ from tests.support.probe import readiness_probe
 from tests.support.servers import RunningServer
 
 LIVE_LIMIT_S = 1.0
+OWN_BOUNDS = ("EngineCore", "grammar-worker")
+"""Processes whose memory is bounded on its own (by process title)."""
 GROWTH_LIMIT_MB = 300
 HUGE = "x" * 7_000_000
 """Within the default body limit (8 MiB) with the rest of a body."""
@@ -94,9 +96,11 @@ def body_of(path: str, fields: dict[str, Any]) -> bytes:
 
 def server_rss(server: RunningServer) -> int:
     """Resident bytes of the server's processes (the engine core's excepted: its memory is
-    the KV cache's and the model's, set at start)."""
+    the KV cache's and the model's, set at start; and a grammar worker's, bounded by its own
+    limit, GRAMMAR_WORKER_MEMORY_MB)."""
     root = psutil.Process(server.process.pid)
-    processes = [root, *(p for p in root.children(recursive=True) if "EngineCore" not in p.name())]
+    children = root.children(recursive=True)
+    processes = [root, *(p for p in children if not any(t in p.name() for t in OWN_BOUNDS))]
     total = 0
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
