@@ -310,7 +310,9 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
     API keys, restricted API groups (the last one added runs first)."""
     restrictions = settings.http_restrictions()
     if restrictions.by_group:
-        app.add_middleware(RestrictedApiMiddleware, restrictions=restrictions, errors=errors)
+        app.add_middleware(
+            RestrictedApiMiddleware, restrictions=restrictions, routes=app.routes, errors=errors
+        )
     if settings.api_keys:
         open_prefixes = list(OPEN_PREFIXES)
         open_paths = ["/"]
@@ -340,6 +342,7 @@ def add_middleware(app: FastAPI, settings: Settings, errors: ErrorBodies) -> Non
     app.add_middleware(
         CrossSiteGuard,
         allowed_origins=settings.cors_allow_origins,
+        routes=app.routes,
         hosts=HostNames(settings.allowed_hosts),
         errors=errors,
     )

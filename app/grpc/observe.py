@@ -7,8 +7,8 @@ import asyncio
 import hmac
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -78,44 +78,22 @@ def split_method(method: str) -> tuple[str, str]:
     return service, name
 
 
-METHOD_GROUPS: dict[str, ApiGroup] = {
-    **dict.fromkeys(HEALTH_METHODS, ApiGroup.HEALTH),
-    f"/{INFERENCE_SERVICE}/ModelReady": ApiGroup.HEALTH,
-    "/grpc.health.v1.Health/Watch": ApiGroup.HEALTH,
-    f"/{INFERENCE_SERVICE}/ServerMetadata": ApiGroup.METADATA,
-    f"/{INFERENCE_SERVICE}/ModelMetadata": ApiGroup.METADATA,
-    **dict.fromkeys(INFERENCE_METHODS, ApiGroup.INFERENCE),
-    f"/{INFERENCE_SERVICE}/ModelConfig": ApiGroup.MODEL_CONFIG,
-    f"/{INFERENCE_SERVICE}/ModelStatistics": ApiGroup.STATISTICS,
-    f"/{INFERENCE_SERVICE}/RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
-    f"/{INFERENCE_SERVICE}/RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
-    f"/{INFERENCE_SERVICE}/RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
-    f"/{INFERENCE_SERVICE}/TraceSetting": ApiGroup.TRACE,
-    f"/{INFERENCE_SERVICE}/LogSettings": ApiGroup.LOGGING,
-    **{
-        f"/{INFERENCE_SERVICE}/{kind}SharedMemory{verb}": ApiGroup.SHARED_MEMORY
-        for kind in ("System", "Cuda")
-        for verb in ("Status", "Register", "Unregister")
-    },
-}
-"""Triton's restricted protocol group of each RPC."""
-
-
 @dataclass(frozen=True, slots=True)
 class AccessPolicy:
     """Who may call: the API keys (none means anyone), whether health calls are open, and
-    Triton's restricted protocol groups."""
+    Triton's restricted protocol groups (`method_groups`: each RPC's, as it declares it)."""
 
     api_keys: tuple[str, ...] = ()
     open_health: bool = True
     restrictions: Restrictions = NO_RESTRICTIONS
+    method_groups: Mapping[str, ApiGroup] = field(default_factory=dict)
 
     def restriction_refusal(
         self, method: str, metadata: Iterable[tuple[str, Any]] | None
     ) -> str | None:
         """Triton's message when `method` is in a restricted group and the call lacks its
         metadata; None when it may proceed."""
-        group = METHOD_GROUPS.get(method)
+        group = self.method_groups.get(method)
         if group is None:
             return None
         values = {key: value for key, value in metadata or () if isinstance(value, str)}

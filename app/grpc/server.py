@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2_grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from app.grpc.observe import AccessPolicy, FrontendInterceptor, GrpcMetrics
-from app.grpc.servicer import HealthServicer, InferenceServicer
+from app.grpc.servicer import HealthServicer, InferenceServicer, method_groups
 from app.grpc.trace_context import TraceContextInterceptor
 from app.runtime import Runtime
 from app.security.restrictions import NO_RESTRICTIONS, Restrictions
@@ -103,7 +103,9 @@ class GrpcServer:
         interceptor = FrontendInterceptor(
             self._runtime.registry,
             self._metrics,
-            AccessPolicy(options.api_keys, options.open_health, options.restrictions),
+            AccessPolicy(
+                options.api_keys, options.open_health, options.restrictions, method_groups()
+            ),
             options.log_prompts,
         )
         interceptors = [interceptor, TraceContextInterceptor()]

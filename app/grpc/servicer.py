@@ -21,6 +21,7 @@ from app.grpc.status import DECOUPLED_INFER_MESSAGE, status_code
 from app.grpc.stream import StreamSession, metadata_value
 from app.repository.overrides import check_override_files, parse_override
 from app.runtime import Runtime
+from app.security.restrictions import ApiGroup, api_group, declared_access
 from app.triton.model_config import completed_config, metadata_json
 from app.triton.repository import check_control_requests, load_model, unload_model
 from app.triton.server_metadata import server_metadata
@@ -63,7 +64,10 @@ def parameter_sizes(parameters: Any) -> dict[str, int]:
     return {key: len(parameter.bytes_param) for key, parameter in parameters.items()}
 
 
-def not_supported(feature: str) -> Callable[[Any, Any, Context], Awaitable[Any]]:
+def not_supported(feature: str, group: ApiGroup) -> Callable[[Any, Any, Context], Awaitable[Any]]:
+    """An RPC of `group` answering UNIMPLEMENTED."""
+
+    @api_group(group)
     async def handler(self: Any, request: Any, context: Context) -> Any:
         await context.abort(UNIMPLEMENTED, f"{feature} is not supported by this server")
 
@@ -81,12 +85,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def server_ready(self) -> bool:
         return self._runtime.registry.is_ready
 
+    @api_group(ApiGroup.HEALTH)
     async def ServerLive(self, request: Any, context: Context) -> service_pb2.ServerLiveResponse:
         return service_pb2.ServerLiveResponse(live=True)
 
+    @api_group(ApiGroup.HEALTH)
     async def ServerReady(self, request: Any, context: Context) -> service_pb2.ServerReadyResponse:
         return service_pb2.ServerReadyResponse(ready=self.server_ready())
 
+    @api_group(ApiGroup.HEALTH)
     async def ModelReady(self, request: Any, context: Context) -> service_pb2.ModelReadyResponse:
         """False (not an error) for a model that is unknown or not loaded, as Triton answers."""
         try:
@@ -95,11 +102,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=served.is_ready)
 
+    @api_group(ApiGroup.METADATA)
     async def ServerMetadata(
         self, request: Any, context: Context
     ) -> service_pb2.ServerMetadataResponse:
         return service_pb2.ServerMetadataResponse(**server_metadata())
 
+    @api_group(ApiGroup.METADATA)
     @answers_errors
     async def ModelMetadata(
         self, request: Any, context: Context
@@ -115,11 +124,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             metadata_json(request.name, versions, served.spec), service_pb2.ModelMetadataResponse()
         )
 
+    @api_group(ApiGroup.MODEL_CONFIG)
     @answers_errors
     async def ModelConfig(self, request: Any, context: Context) -> service_pb2.ModelConfigResponse:
         served = self._runtime.registry.get(request.name, request.version)
         return service_pb2.ModelConfigResponse(config=completed_config(served.spec))
 
+    @api_group(ApiGroup.STATISTICS)
     @answers_errors
     async def ModelStatistics(
         self, request: Any, context: Context
@@ -129,6 +140,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
         return json_format.ParseDict(data, service_pb2.ModelStatisticsResponse())
 
+    @api_group(ApiGroup.MODEL_REPOSITORY)
     @answers_errors
     async def RepositoryIndex(
         self, request: Any, context: Context
@@ -146,6 +158,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 )
         return response
 
+    @api_group(ApiGroup.MODEL_REPOSITORY)
     @answers_errors
     async def RepositoryModelLoad(
         self, request: Any, context: Context
@@ -159,6 +172,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await load_model(registry, self._runtime.statistics, request.model_name, override)
         return service_pb2.RepositoryModelLoadResponse()
 
+    @api_group(ApiGroup.MODEL_REPOSITORY)
     @answers_errors
     async def RepositoryModelUnload(
         self, request: Any, context: Context
@@ -174,6 +188,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await unload_model(self._runtime.registry, request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
+    @api_group(ApiGroup.INFERENCE)
     @answers_errors
     async def ModelInfer(self, request: Any, context: Context) -> service_pb2.ModelInferResponse:
         """The backend's models are decoupled: Triton refuses unary inference on them."""
@@ -181,6 +196,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await context.abort(UNIMPLEMENTED, DECOUPLED_INFER_MESSAGE)
         return service_pb2.ModelInferResponse()  # not reached: abort raises
 
+    @api_group(ApiGroup.INFERENCE)
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> None:
@@ -188,13 +204,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         session = StreamSession(self._runtime, self._metrics, context, self._log_prompts, pin)
         await session.run(request_iterator)
 
-    SystemSharedMemoryStatus = not_supported("system shared memory")
-    SystemSharedMemoryRegister = not_supported("system shared memory")
-    SystemSharedMemoryUnregister = not_supported("system shared memory")
-    CudaSharedMemoryStatus = not_supported("CUDA shared memory")
-    CudaSharedMemoryRegister = not_supported("CUDA shared memory")
-    CudaSharedMemoryUnregister = not_supported("CUDA shared memory")
+    SystemSharedMemoryStatus = not_supported("system shared memory", ApiGroup.SHARED_MEMORY)
+    SystemSharedMemoryRegister = not_supported("system shared memory", ApiGroup.SHARED_MEMORY)
+    SystemSharedMemoryUnregister = not_supported("system shared memory", ApiGroup.SHARED_MEMORY)
+    CudaSharedMemoryStatus = not_supported("CUDA shared memory", ApiGroup.SHARED_MEMORY)
+    CudaSharedMemoryRegister = not_supported("CUDA shared memory", ApiGroup.SHARED_MEMORY)
+    CudaSharedMemoryUnregister = not_supported("CUDA shared memory", ApiGroup.SHARED_MEMORY)
 
+    @api_group(ApiGroup.TRACE)
     @answers_errors
     async def TraceSetting(
         self, request: Any, context: Context
@@ -214,6 +231,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             response.settings[name].value.extend(values)
         return response
 
+    @api_group(ApiGroup.LOGGING)
     @answers_errors
     async def LogSettings(self, request: Any, context: Context) -> service_pb2.LogSettingsResponse:
         """Triton's logging extension: change log settings at once, answer them all."""
@@ -226,6 +244,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     def __init__(self, inference: InferenceServicer) -> None:
         self._inference = inference
 
+    @api_group(ApiGroup.HEALTH)
     async def Check(self, request: Any, context: Context) -> health_pb2.HealthCheckResponse:
         if request.service not in ("", INFERENCE_SERVICE):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
@@ -234,4 +253,23 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             status=status.SERVING if self._inference.server_ready() else status.NOT_SERVING
         )
 
-    Watch = not_supported("watching the health status")
+    Watch = not_supported("watching the health status", ApiGroup.HEALTH)
+
+
+SERVICES = (
+    (service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], InferenceServicer),
+    (health_pb2.DESCRIPTOR.services_by_name["Health"], HealthServicer),
+)
+"""Each service the server registers (its descriptor, as tritonclient and grpcio-health ship
+it) and the servicer implementing it."""
+
+
+def method_groups() -> dict[str, ApiGroup]:
+    """`/service/Method` -> the restricted group its servicer method declares (`api_group`)."""
+    groups: dict[str, ApiGroup] = {}
+    for service, servicer in SERVICES:
+        for method in service.methods:
+            access = declared_access(getattr(servicer, method.name, None))
+            if access is not None and access.group is not None:
+                groups[f"/{service.full_name}/{method.name}"] = access.group
+    return groups

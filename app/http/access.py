@@ -7,13 +7,14 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import ForbiddenError, ServerError, UnsupportedMediaTypeError
-from app.http.api_groups import api_group, changes_state
+from app.http.api_groups import route_access
 from app.http.errors import TRITON_ERRORS, ErrorBodies, error_response
 from app.http.middleware import header
 from app.security.restrictions import Restrictions
@@ -25,21 +26,28 @@ SIMPLE_CONTENT_TYPES = ("text/plain", "application/x-www-form-urlencoded", "mult
 
 class RestrictedApiMiddleware:
     """403 `This API is restricted, expecting header '<header>'` (Triton's answer) for a
-    request to a restricted group without the group's header and value."""
+    request to a restricted group (the one its route declares, among `routes`) without the
+    group's header and value."""
 
     def __init__(
-        self, app: ASGIApp, restrictions: Restrictions, errors: ErrorBodies = TRITON_ERRORS
+        self,
+        app: ASGIApp,
+        restrictions: Restrictions,
+        routes: Sequence[BaseRoute],
+        errors: ErrorBodies = TRITON_ERRORS,
     ) -> None:
         self.app = app
         self.restrictions = restrictions
+        self.routes = routes
         self.errors = errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        group = (
-            api_group(scope["path"])
+        access = (
+            route_access(self.routes, scope)
             if scope["type"] == "http" and scope["method"] != "OPTIONS"
             else None
         )
+        group = access.group if access is not None else None
         if group is not None:
             headers = {
                 key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]
@@ -108,16 +116,19 @@ class CrossSiteGuard:
     (DNS rebinding) cannot use it. A state-changing request (load, unload, trace and log
     settings, LoRA adapters) is refused when a browser sent it from a page of another origin
     than the server's own or those CORS allows (403), or with a content type a page may send
-    without a CORS preflight (415). Clients that are not browsers are not affected."""
+    without a CORS preflight (415). Clients that are not browsers are not affected. A route
+    among `routes` is state-changing where it declares so (`api_group`)."""
 
     def __init__(
         self,
         app: ASGIApp,
         allowed_origins: Iterable[str],
+        routes: Sequence[BaseRoute],
         hosts: HostNames | None = None,
         errors: ErrorBodies = TRITON_ERRORS,
     ) -> None:
         self.app = app
+        self.routes = routes
         self.allowed_origins = frozenset(
             origin.rstrip("/") for origin in allowed_origins if origin != "*"
         )
@@ -127,12 +138,18 @@ class CrossSiteGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             error = self.host_refusal(scope)
-            if error is None and changes_state(scope["method"], scope["path"]):
+            if error is None and self.changes_state(scope):
                 error = self.refusal(scope)
             if error is not None:
                 await error_response(error, scope["path"], self.errors)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def changes_state(self, scope: Scope) -> bool:
+        if scope["method"] != "POST":
+            return False
+        access = route_access(self.routes, scope)
+        return access is not None and access.changes_state
 
     def host_refusal(self, scope: Scope) -> ServerError | None:
         """A browser's request to a name that is not the server's, from a page CORS does not

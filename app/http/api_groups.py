@@ -1,50 +1,31 @@
-"""Which of Triton's API groups an HTTP route belongs to, and which routes change the
-server's state (and so must never be reachable from another origin's web page)."""
+"""The declaration of the route a request is for: its Triton API group and whether it changes
+the server's state, as the route declares them where it is defined (`api_group`)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 
-from app.security.restrictions import ApiGroup
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
-MODEL = r"/v2/models/[^/]+(?:/versions/[^/]+)?"
-"""A model's path, with or without a version."""
-
-ROUTE_GROUPS: tuple[tuple[re.Pattern[str], ApiGroup], ...] = tuple(
-    (re.compile(pattern), group)
-    for pattern, group in (
-        (r"/v2/health/(?:live|ready)|/health|/ping", ApiGroup.HEALTH),
-        (MODEL + r"/ready", ApiGroup.HEALTH),
-        (r"/v2/models/stats|" + MODEL + r"/stats", ApiGroup.STATISTICS),
-        (MODEL + r"/config", ApiGroup.MODEL_CONFIG),
-        (MODEL + r"/(?:generate|generate_stream|infer)", ApiGroup.INFERENCE),
-        (r"/v2/trace/setting|" + MODEL + r"/trace/setting", ApiGroup.TRACE),
-        (r"/v2/logging", ApiGroup.LOGGING),
-        (r"/v2/repository(?:/.*)?", ApiGroup.MODEL_REPOSITORY),
-        (r"/v2/(?:system|cuda)sharedmemory(?:/.*)?", ApiGroup.SHARED_MEMORY),
-        (r"/v2|" + MODEL + r"|/version", ApiGroup.METADATA),
-        # As Triton's OpenAI frontend: the model list is the repository's, the rest inference.
-        (r"/v1/models(?:/.*)?|/v1/(?:load|unload)_lora_adapter", ApiGroup.MODEL_REPOSITORY),
-        (r"/v1/.+|/tokenize|/detokenize", ApiGroup.INFERENCE),
-    )
-)
-
-STATE_CHANGING = re.compile(
-    r"/v2/repository/models/[^/]+/(?:load|unload)|/v2/trace/setting|"
-    + MODEL
-    + r"/trace/setting|/v2/logging|/v1/(?:load|unload)_lora_adapter"
-)
-"""Routes whose POST changes what the server serves or how it records."""
+from app.security.restrictions import ApiAccess, declared_access
 
 
-def api_group(path: str) -> ApiGroup | None:
-    """The group of the route at `path`; None for routes in no group (docs, playground,
-    metrics)."""
-    for pattern, group in ROUTE_GROUPS:
-        if pattern.fullmatch(path):
-            return group
-    return None
+def route_handler(route: BaseRoute) -> object:
+    """What a route's declaration is on: its endpoint, or a mount's app."""
+    endpoint = getattr(route, "endpoint", None)
+    return endpoint if endpoint is not None else getattr(route, "app", None)
 
 
-def changes_state(method: str, path: str) -> bool:
-    return method == "POST" and STATE_CHANGING.fullmatch(path) is not None
+def route_access(routes: Sequence[BaseRoute], scope: Scope) -> ApiAccess | None:
+    """The declaration of the route that serves `scope` (the first matching its path and
+    method, else the first matching its path: a path's group whatever the method); None where
+    no route matches or the route declares nothing."""
+    path_only: BaseRoute | None = None
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return declared_access(route_handler(route))
+        if match is Match.PARTIAL and path_only is None:
+            path_only = route
+    return None if path_only is None else declared_access(route_handler(path_only))

@@ -16,7 +16,10 @@ from fastapi.openapi.docs import (
 )
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 from swagger_ui_bundle import swagger_ui_path
+
+from app.security.restrictions import api_group
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 STATIC_URL = "/static"
@@ -34,6 +37,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get(DOCS_URL)
+@api_group(None)
 async def swagger_ui(request: Request) -> HTMLResponse:
     root = request.scope.get("root_path", "")
     return get_swagger_ui_html(
@@ -48,11 +52,13 @@ async def swagger_ui(request: Request) -> HTMLResponse:
 
 
 @router.get(OAUTH2_REDIRECT_URL)
+@api_group(None)
 async def swagger_ui_oauth2_redirect() -> HTMLResponse:
     return get_swagger_ui_oauth2_redirect_html()
 
 
 @router.get(REDOC_URL)
+@api_group(None)
 async def redoc(request: Request) -> HTMLResponse:
     root = request.scope.get("root_path", "")
     page = get_redoc_html(
@@ -67,7 +73,12 @@ async def redoc(request: Request) -> HTMLResponse:
 
 
 def install_docs_and_static(app: FastAPI) -> None:
-    """The docs routes and the static files (Swagger UI's first: a mount matches by prefix)."""
-    app.mount(SWAGGER_UI_URL, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
-    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")
+    """The docs routes and the static files (Swagger UI's first: a mount matches by prefix),
+    all in no API group, as FastAPI's OpenAPI document."""
+    swagger_ui_files = api_group(None)(StaticFiles(directory=str(swagger_ui_path)))
+    app.mount(SWAGGER_UI_URL, swagger_ui_files, name="swagger-ui")
+    app.mount(STATIC_URL, api_group(None)(StaticFiles(directory=STATIC_DIR)), name="static")
     app.include_router(router)
+    for route in app.routes:
+        if isinstance(route, Route) and route.path == app.openapi_url:
+            api_group(None)(route.endpoint)

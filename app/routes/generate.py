@@ -38,6 +38,7 @@ from app.routes.sse import (
     sse_frames,
 )
 from app.schemas.generate import GenerateRequest, GenerateResponse
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.inputs import StreamPolicy
 
 router = APIRouter(tags=["generate"])
@@ -70,6 +71,7 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
     responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
     openapi_extra=GENERATE_REQUEST_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def generate(
     model_name: str,
     request: Request,
@@ -104,6 +106,7 @@ async def generate(
     responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
     openapi_extra=STREAM_REQUEST_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def generate_stream(
     model_name: str,
     request: Request,
@@ -128,6 +131,7 @@ async def generate_stream(
     responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
     openapi_extra={"parameters": QUERY_PARAMETERS},
 )
+@api_group(ApiGroup.INFERENCE)
 async def generate_stream_get(
     model_name: str,
     request: Request,
@@ -150,6 +154,7 @@ async def generate_stream_get(
     responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
     openapi_extra={"parameters": QUERY_PARAMETERS},
 )
+@api_group(ApiGroup.INFERENCE)
 async def generate_stream_get_version(
     model_name: str,
     model_version: str,
@@ -219,6 +224,7 @@ def accepts_event_stream(request: Request) -> bool:
     response_class=Response,
     responses=INFER_RESPONSES,
 )
+@api_group(ApiGroup.INFERENCE)
 async def infer(model_name: str, registry: RegistryDep, model_version: str | None = None) -> None:
     """Triton's answer for a decoupled model (404 for an unknown one); the body is not read."""
     registry.get(model_name, model_version)

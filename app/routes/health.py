@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from app.http.dependencies import RegistryDep
 from app.routes.openapi_examples import READY_RESPONSES
+from app.security.restrictions import ApiGroup, api_group
 
 router = APIRouter(tags=["health"])
 
@@ -23,6 +24,7 @@ router = APIRouter(tags=["health"])
         },
     },
 )
+@api_group(ApiGroup.HEALTH)
 async def live(registry: RegistryDep) -> Response:
     return Response(status_code=200 if registry.is_live else 503)
 
@@ -33,6 +35,7 @@ async def live(registry: RegistryDep) -> Response:
     response_class=Response,
     responses=READY_RESPONSES,
 )
+@api_group(ApiGroup.HEALTH)
 async def ready(registry: RegistryDep) -> Response:
     return Response(status_code=200 if registry.is_ready else 503)
 
@@ -46,6 +49,7 @@ async def ready(registry: RegistryDep) -> Response:
         503: {"description": "An engine failed, is restarting or is not started yet"},
     },
 )
+@api_group(ApiGroup.HEALTH)
 async def engines_healthy(registry: RegistryDep) -> Response:
     healthy = registry.is_live and all(model.is_healthy for model in registry)
     return Response(status_code=200 if healthy else 503)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from app.errors import InvalidRequestError
 from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.logging_settings import (
     LOG_FILE_REFUSAL,
     LogSettingsChange,
@@ -67,6 +68,7 @@ CHANGE_BODY = {
 
 
 @router.get("/v2/logging", summary="The log settings", responses=SETTINGS_RESPONSE)
+@api_group(ApiGroup.LOGGING)
 async def log_settings() -> dict[str, Any]:
     return current_settings()
 
@@ -77,6 +79,7 @@ async def log_settings() -> dict[str, Any]:
     responses=CHANGE_RESPONSES,
     openapi_extra=CHANGE_BODY,
 )
+@api_group(ApiGroup.LOGGING, changes_state=True)
 async def change_log_settings(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     """Applied in this process, then in every other frontend process of the group."""
     settings = apply_change(parse_change(await request.body()))

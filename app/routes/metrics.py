@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from app.http.dependencies import RuntimeDep
 from app.observability.exposition import exposition
 from app.routes.openapi_examples import METRICS_RESPONSE
+from app.security.restrictions import api_group
 
 router = APIRouter(tags=["metrics"])
 
@@ -20,6 +21,7 @@ router = APIRouter(tags=["metrics"])
     response_class=Response,
     responses={200: METRICS_RESPONSE},
 )
+@api_group(None)
 async def metrics(runtime: RuntimeDep) -> Response:
     """This process's series; with several frontend processes, all of theirs merged."""
     if runtime.group is not None:

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from app.http.dependencies import RegistryDep
 from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.model_config import config_json, metadata_json
 from app.triton.server_metadata import server_metadata as triton_server_metadata
 
@@ -17,6 +18,7 @@ router = APIRouter(tags=["models"])
 
 
 @router.get("/v2", summary="Server metadata", response_model=ServerMetadata)
+@api_group(ApiGroup.METADATA)
 async def server_metadata() -> dict[str, Any]:
     return triton_server_metadata()
 
@@ -33,6 +35,7 @@ async def server_metadata() -> dict[str, Any]:
     response_model=ModelMetadata,
     responses=NOT_FOUND,
 )
+@api_group(ApiGroup.METADATA)
 async def model_metadata(
     model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> dict[str, Any]:
@@ -53,6 +56,7 @@ async def model_metadata(
     responses={**READY_RESPONSES, **NOT_FOUND},
     response_class=Response,
 )
+@api_group(ApiGroup.HEALTH)
 async def model_ready(
     model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> Response:
@@ -70,6 +74,7 @@ async def model_ready(
     summary="Model configuration of one version",
     responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
 )
+@api_group(ApiGroup.MODEL_CONFIG)
 async def model_config(
     model_name: str, registry: RegistryDep, model_version: str | None = None
 ) -> dict[str, Any]:

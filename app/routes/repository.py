@@ -20,6 +20,7 @@ from app.repository.overrides import (
 from app.routes.bodies import optional_json_body, parse_json_body
 from app.routes.openapi_examples import INDEX_REQUEST_BODY, error_response
 from app.schemas.kserve import ModelControlRequest, RepositoryIndexEntry, RepositoryIndexRequest
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.repository import check_control_requests
 from app.triton.repository import load_model as triton_load_model
 from app.triton.repository import unload_model as triton_unload_model
@@ -58,6 +59,7 @@ UNLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
     response_model_exclude_none=True,
     openapi_extra=INDEX_REQUEST_BODY,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY)
 async def repository_index(
     registry: RegistryDep,
     body: IndexBody,
@@ -79,6 +81,7 @@ async def repository_index(
     responses=LOAD_ERRORS,
     response_class=Response,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY, changes_state=True)
 async def load_model(
     model_name: str,
     runtime: RuntimeDep,
@@ -125,6 +128,7 @@ def decoded_files(parameters: dict[str, Any]) -> dict[str, Any]:
     responses=UNLOAD_ERRORS,
     response_class=Response,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY, changes_state=True)
 async def unload_model(
     model_name: str,
     registry: RegistryDep,

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.statistics import statistics_json
 
 router = APIRouter(tags=["models"])
@@ -60,6 +61,7 @@ STATISTICS_RESPONSE = {
     summary="Statistics of every ready model",
     responses={200: STATISTICS_RESPONSE},
 )
+@api_group(ApiGroup.STATISTICS)
 async def all_statistics(runtime: RuntimeDep) -> dict[str, Any]:
     return statistics_json(runtime.registry, runtime.statistics)
 
@@ -74,6 +76,7 @@ async def all_statistics(runtime: RuntimeDep) -> dict[str, Any]:
     summary="Statistics of one model version",
     responses={200: STATISTICS_RESPONSE, **NOT_AVAILABLE},
 )
+@api_group(ApiGroup.STATISTICS)
 async def model_statistics(
     model_name: str, runtime: RuntimeDep, model_version: str = ""
 ) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from app.errors import InvalidRequestError
 from app.http.dependencies import RuntimeDep
 from app.routes.openapi_examples import error_response
+from app.security.restrictions import ApiGroup, api_group
 from app.triton.trace_settings import (
     FILE_REFUSAL,
     check_model,
@@ -70,6 +71,7 @@ CHANGE_BODY = {
 
 
 @router.get("/v2/trace/setting", summary="The global trace setting", responses=SETTING_RESPONSE)
+@api_group(ApiGroup.TRACE)
 async def trace_setting(runtime: RuntimeDep) -> dict[str, Any]:
     return await answer(runtime, "", None)
 
@@ -80,6 +82,7 @@ async def trace_setting(runtime: RuntimeDep) -> dict[str, Any]:
     responses=CHANGE_RESPONSES,
     openapi_extra=CHANGE_BODY,
 )
+@api_group(ApiGroup.TRACE, changes_state=True)
 async def change_trace_setting(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     return await answer(runtime, "", await request.body())
 
@@ -89,6 +92,7 @@ async def change_trace_setting(request: Request, runtime: RuntimeDep) -> dict[st
     summary="A model's trace setting",
     responses=SETTING_RESPONSE,
 )
+@api_group(ApiGroup.TRACE)
 async def model_trace_setting(model_name: str, runtime: RuntimeDep) -> dict[str, Any]:
     return await answer(runtime, model_name, None)
 
@@ -99,6 +103,7 @@ async def model_trace_setting(model_name: str, runtime: RuntimeDep) -> dict[str,
     responses=CHANGE_RESPONSES,
     openapi_extra=CHANGE_BODY,
 )
+@api_group(ApiGroup.TRACE, changes_state=True)
 async def change_model_trace_setting(
     model_name: str, request: Request, runtime: RuntimeDep
 ) -> dict[str, Any]:

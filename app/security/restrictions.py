@@ -1,12 +1,14 @@
 """Triton's restricted API groups (`--http-restricted-api`, `--grpc-restricted-protocol`):
-a group of APIs answers only requests that carry a given header with a given value."""
+a group of APIs answers only requests that carry a given header with a given value. Each
+HTTP route and gRPC method declares its group where it is defined (`api_group`)."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 """Triton's prefix of the gRPC metadata key a restricted protocol group expects."""
@@ -24,6 +26,39 @@ class ApiGroup(str, Enum):
     STATISTICS = "statistics"
     TRACE = "trace"
     LOGGING = "logging"
+
+
+Handler = TypeVar("Handler")
+ACCESS_ATTRIBUTE = "_api_access"
+"""The attribute of a route's endpoint (or an RPC's method) holding its `ApiAccess`."""
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """What a route or RPC declares: its group (None: in no group, as the docs, the
+    playground and /metrics) and whether a POST to it changes what the server serves or how it
+    records (load, unload, trace and log settings, LoRA adapters)."""
+
+    group: ApiGroup | None
+    changes_state: bool = False
+
+
+def api_group(group: ApiGroup | None, changes_state: bool = False) -> Callable[[Handler], Handler]:
+    """Declare the group of the route endpoint, mounted app or RPC method it decorates
+    (it is returned as it is, so the decorator may stand above or below the route's)."""
+    access = ApiAccess(group, changes_state)
+
+    def declare(handler: Handler) -> Handler:
+        setattr(handler, ACCESS_ATTRIBUTE, access)
+        return handler
+
+    return declare
+
+
+def declared_access(handler: object) -> ApiAccess | None:
+    """A handler's declaration; None for one that declares nothing."""
+    access = getattr(handler, ACCESS_ATTRIBUTE, None)
+    return access if isinstance(access, ApiAccess) else None
 
 
 class RestrictionSyntaxError(ValueError):
