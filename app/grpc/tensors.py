@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tritonclient.grpc import service_pb2
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from app.errors import InvalidRequestError
 from app.triton.model_config import BACKEND_INPUTS, BACKEND_OUTPUTS
-
-LENGTH = struct.Struct("<I")
 
 
 def kserve_datatype(config_type: str) -> str:
@@ -128,18 +128,12 @@ def decode_contents(spec: InputSpec, contents: service_pb2.InferTensorContents) 
 
 
 def split_bytes(name: str, data: bytes) -> list[bytes]:
-    """The elements of a BYTES tensor: each a little-endian uint32 length, then its bytes."""
-    elements, offset = [], 0
-    while offset < len(data):
-        if offset + LENGTH.size > len(data):
-            raise InvalidRequestError(f"input '{name}': malformed BYTES tensor data")
-        (size,) = LENGTH.unpack_from(data, offset)
-        offset += LENGTH.size
-        if offset + size > len(data):
-            raise InvalidRequestError(f"input '{name}': malformed BYTES tensor data")
-        elements.append(data[offset : offset + size])
-        offset += size
-    return elements
+    """The elements of a BYTES tensor (each a little-endian uint32 length, then its bytes);
+    a 400 naming the input where a length runs past the data."""
+    try:
+        return list(deserialize_bytes_tensor(data))
+    except struct.error:
+        raise InvalidRequestError(f"input '{name}': malformed BYTES tensor data") from None
 
 
 def text(name: str, element: bytes) -> str:
@@ -153,11 +147,8 @@ def encode_output(datatype: str, values: Sequence[Any] | Any) -> bytes:
     """An output's elements as `raw_output_contents` bytes. A missing per-completion value is
     the backend's `str(None)` for text and 0 for numbers."""
     if datatype == "BYTES":
-        parts = []
-        for value in values:
-            data = str(value).encode("utf-8")
-            parts.append(LENGTH.pack(len(data)) + data)
-        return b"".join(parts)
+        encoded = serialize_byte_tensor(np.array([str(value) for value in values], np.object_))
+        return bytes(encoded.item()) if encoded.size else b""
     if not isinstance(values, (list, tuple)):
         values = [values]
     code = "f" if datatype == "FP32" else "I"

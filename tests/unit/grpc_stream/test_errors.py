@@ -91,6 +91,14 @@ BAD_TENSORS = [
         "input 'text_input': malformed BYTES tensor data",
     ),
     (
+        {"text_input": ("BYTES", [1], b"\x01\x00\x00\x00x\x01\x00")},  # a cut length
+        "input 'text_input': malformed BYTES tensor data",
+    ),
+    (
+        {"text_input": ("BYTES", [1], b"\xff\xff\xff\xffx")},  # 4 GiB announced
+        "input 'text_input': malformed BYTES tensor data",
+    ),
+    (
         {"text_input": ("BYTES", [1], b"\x01\x00\x00\x00\xff")},
         "input 'text_input': not valid UTF-8",
     ),
