@@ -3,6 +3,7 @@ runs the engine double through the request's guard, and answers in OpenAI's shap
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
@@ -40,6 +41,16 @@ class ChatBody(Body):
     messages: list[Message] = Field(min_length=1)
 
 
+class ResponsesBody(BaseModel):
+    """The Responses API fields the double reads."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    input: str | list[Message]
+    max_output_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+
+
 class FakeOpenAIServing:
     """`OpenAIServing` over an engine double; records the calls it received."""
 
@@ -72,6 +83,28 @@ class FakeOpenAIServing:
         request = read(ChatBody, body)
         prompt = " ".join(message.content for message in request.messages)
         return await self._serve(request, prompt, "chat.completion", guard, adapter, headers)
+
+    async def create_response(
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        request = read(ResponsesBody, body)
+        self.calls.append({"body": request, "adapter": adapter, "request_id": guard.request_id})
+        guard.check_limits(None, request.max_output_tokens, "max_output_tokens")
+        given = request.input
+        prompt = given if isinstance(given, str) else " ".join(m.content for m in given)
+        sampling = {"max_tokens": request.max_output_tokens or 16}
+        generation = GenerationRequest(guard.request_id, prompt, sampling, stream=request.stream)
+        chunks = guard.stream(self.engine.generate(generation), counts)
+        name = adapter or request.model or "fake"
+        if request.stream:
+            return response_events(chunks, name)
+        merged = merge_chunks([chunk async for chunk in chunks], 1)
+        return response_object(merged.completions[0].text, name, merged.num_prompt_tokens)
 
     async def _serve(
         self,
@@ -223,3 +256,54 @@ class FakeOpenAIUtility:
             )
         del self.adapters[name]
         return f"Success: LoRA adapter '{name}' removed successfully."
+
+
+def response_object(
+    text: str, name: str, input_tokens: int, output_tokens: int = 0
+) -> dict[str, Any]:
+    """A Responses API response with one message of `text`."""
+    message = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "model": name,
+        "status": "completed",
+        "output": [message],
+        "usage": usage,
+    }
+
+
+async def response_events(
+    chunks: AsyncIterator[GenerationChunk], name: str
+) -> AsyncGenerator[str, None]:
+    """vLLM's Responses events, each `event: <type>` (no `[DONE]`): created, a text delta per
+    step, completed (also when the core ended the stream: the frontend reports that)."""
+    sequence = itertools.count()
+    created = {"type": "response.created", "response": response_object("", name, 0)}
+    yield event_frame(created, next(sequence))
+    text, prompt_tokens = "", 0
+    try:
+        async for chunk in chunks:
+            prompt_tokens = chunk.num_prompt_tokens or prompt_tokens
+            delta = "".join(c.text for c in chunk.completions)
+            text += delta
+            yield event_frame(
+                {"type": "response.output_text.delta", "delta": delta}, next(sequence)
+            )
+    except ServerError:
+        pass
+    completed = {
+        "type": "response.completed",
+        "response": response_object(text, name, prompt_tokens),
+    }
+    yield event_frame(completed, next(sequence))
+
+
+def event_frame(event: dict[str, Any], sequence_number: int) -> str:
+    data = json.dumps({**event, "sequence_number": sequence_number})
+    return f"event: {event['type']}\ndata: {data}\n\n"

@@ -25,8 +25,10 @@ GRAMMAR_FIELDS = (
     "guided_grammar",
     "structural_tag",
     "response_format",
+    "text",
 )
-"""Fields that become a grammar the engine compiles (vLLM's names, old and new, and OpenAI's)."""
+"""Fields that become a grammar the engine compiles (vLLM's names, old and new, and OpenAI's:
+`response_format`, and the Responses API's `text`, whose `format` holds the schema)."""
 FORCED_TOOL_CHOICES = ("required",)
 """An OpenAI `tool_choice` that makes the tools' parameters a grammar (as a named tool does)."""
 TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids", "logit_bias", "logprob_token_ids")

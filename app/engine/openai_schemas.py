@@ -12,7 +12,12 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest
+from app.engine.openai_compat import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponsesRequest,
+    ResponsesResponse,
+)
 
 try:  # 0.32
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionResponse
@@ -26,14 +31,19 @@ except ImportError:  # pragma: no cover - 0.25
 REF_PREFIX = "#/components/schemas/"
 PREFIX = "vllm."
 """Put before the name of a vLLM schema whose name another component already has."""
-REQUESTS: tuple[type[BaseModel], ...] = (CompletionRequest, ChatCompletionRequest)
-RESPONSES: tuple[type[BaseModel], ...] = (CompletionResponse, ChatCompletionResponse)
+REQUESTS: tuple[type[BaseModel], ...] = (CompletionRequest, ChatCompletionRequest, ResponsesRequest)
+RESPONSES: tuple[type[BaseModel], ...] = (
+    CompletionResponse,
+    ChatCompletionResponse,
+    ResponsesResponse,
+)
 
 
 def openai_components(taken: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """OpenAPI components: `CompletionRequest`, `ChatCompletionRequest` (as vLLM validates
-    them), `CompletionResponse`, `ChatCompletionResponse` (as vLLM writes them) and the
-    schemas they refer to; one whose name is in `taken` is renamed `vllm.<name>`."""
+    """OpenAPI components: `CompletionRequest`, `ChatCompletionRequest`, `ResponsesRequest`
+    (as vLLM validates them), `CompletionResponse`, `ChatCompletionResponse`,
+    `ResponsesResponse` (as vLLM writes them) and the schemas they refer to; one whose name is
+    in `taken` is renamed `vllm.<name>`."""
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (model, "validation") for model in REQUESTS
     ]

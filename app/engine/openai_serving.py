@@ -1,23 +1,21 @@
-"""vLLM's own OpenAI serving classes (completions, chat) over one model version's `AsyncLLM`,
-every engine request of theirs admitted, bounded and observed by the generation core."""
+"""vLLM's own OpenAI serving classes (completions, chat, responses) over one model version's
+`AsyncLLM`, every engine request of theirs admitted, bounded and observed by the generation
+core."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from vllm.lora.request import LoRARequest
-from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
-from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
-from app.engine.openai_acceptance import Acceptances, begun
+from app.engine.openai_acceptance import begun
 from app.engine.openai_bodies import parse
 from app.engine.openai_compat import (
     BaseModelPath,
@@ -33,10 +31,17 @@ from app.engine.openai_compat import (
     create_error_response,
     load_chat_template,
 )
+from app.engine.openai_engine_client import EngineOutputs, GuardedEngineClient
+from app.engine.openai_engine_client import EngineRequests as EngineRequests  # for VllmEngine
 from app.engine.openai_limits import check_limits, check_logprobs, values_of
 from app.engine.openai_options import OpenAIOptions
+from app.engine.openai_responses import (
+    response_json,
+    responses_begun,
+    responses_request,
+    responses_server,
+)
 from app.engine.openai_utility import VllmOpenAIUtility
-from app.engine.timeline import engine_timeline
 from app.errors import (
     EngineUnhealthyError,
     InvalidRequestError,
@@ -64,11 +69,17 @@ ERROR_BY_STATUS: dict[int, type[ServerError]] = {
 }
 """vLLM's error statuses as the server's own exceptions (each frontend answers them)."""
 
-EngineRequests = dict[str, set[str]]
-"""Admitted request id -> the ids of the engine requests it runs, for aborting them."""
-EngineOutputs = Callable[..., AsyncIterator[Any]]
-"""`(admitted_id, prompt, sampling_params, request_id, **kwargs)`: `AsyncLLM.generate` for a
-request admitted as `admitted_id` (`VllmEngine.outputs`: resumed on a replacement engine)."""
+StreamStart = Callable[[Any, GuardedEngineClient], Awaitable[AsyncGenerator[str, None]]]
+"""How a stream vLLM's serving code returned is begun: its SSE frames once the engine took
+its requests, or the refusal raised."""
+
+
+class Servers(NamedTuple):
+    """vLLM's serving objects of one model version."""
+
+    completion: Any
+    chat: Any
+    responses: Any
 
 
 class VllmOpenAIServing:
@@ -98,7 +109,7 @@ class VllmOpenAIServing:
         for index, (name, path) in enumerate((spec.loras or {}).items()):
             # the Triton path's ids (index + 1): one id per adapter for the engine
             models.lora_requests[name] = LoRARequest(name, index + 1, str(path))
-        self._completion, self._chat = build_servers(llm, models, options)
+        self._servers = build_servers(llm, models, options)
         self.utility = VllmOpenAIUtility(
             llm, models, options, spec.name, (spec.version_path.parent.parent,)
         )
@@ -121,7 +132,7 @@ class VllmOpenAIServing:
         if limit is not None and (request.max_tokens is None or request.max_tokens > limit):
             request.max_tokens = limit
         return await self._serve(
-            self._completion, "create_completion", request, guard, adapter, headers
+            self._servers.completion, "create_completion", request, guard, adapter, headers
         )
 
     async def create_chat_completion(
@@ -147,7 +158,28 @@ class VllmOpenAIServing:
         ):
             request.max_tokens = limit
         return await self._serve(
-            self._chat, "create_chat_completion", request, guard, adapter, headers
+            self._servers.chat, "create_chat_completion", request, guard, adapter, headers
+        )
+
+    async def create_response(
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        """`POST /v1/responses`: the response's JSON, or its SSE events when it streams."""
+        request = responses_request(guard, body, self._llm.model_config.max_logprobs)
+        return await self._serve(
+            self._servers.responses,
+            "create_responses",
+            request,
+            guard,
+            adapter,
+            headers,
+            start=responses_begun,
+            dump=response_json,
         )
 
     async def _serve(
@@ -158,8 +190,12 @@ class VllmOpenAIServing:
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
+        start: StreamStart | None = None,
+        dump: Callable[[BaseModel], dict[str, Any]] = BaseModel.model_dump,
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """Run one request on a copy of `server` whose engine is this request's guarded one."""
+        """Run one request on a copy of `server` whose engine is this request's guarded one:
+        a stream is begun by `start` (by default once the engine took its requests), a
+        response written by `dump`."""
         request.model = adapter or self._name
         view = copy.copy(server)
         view.engine_client = engine = GuardedEngineClient(
@@ -168,8 +204,7 @@ class VllmOpenAIServing:
         try:
             result = await getattr(view, method)(request, RawRequest(headers))
             if not isinstance(result, (ErrorResponse, BaseModel)):
-                await grammars_checked(engine, result)
-                result = await begun(result, engine.acceptances)
+                result = await (start or begun_stream)(result, engine)
         except ServerError:
             raise
         except EngineDeadError as exc:
@@ -179,23 +214,25 @@ class VllmOpenAIServing:
         if isinstance(result, ErrorResponse):
             raise as_server_error(result)
         if isinstance(result, BaseModel):
-            return result.model_dump()
+            return dump(result)
         return result  # type: ignore[no-any-return]
 
 
-async def grammars_checked(engine: GuardedEngineClient, stream: Any) -> None:
-    """A stream starts once the grammars of its engine requests passed their checks; else
-    the stream is closed unread and the check's error raised."""
+async def begun_stream(stream: Any, engine: GuardedEngineClient) -> AsyncGenerator[str, None]:
+    """A stream starts once the grammars of its engine requests passed their checks (else it
+    is closed unread and the check's error raised) and the engine took them."""
     try:
         await engine.grammars_checked()
     except BaseException:
         await stream.aclose()
         raise
+    return await begun(stream, engine.acceptances)
 
 
-def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, Any]:
-    """vLLM's completion and chat servers with the model's options, as vLLM's server builds
-    them from its flags; a `ModelConfigError` when the options do not fit the model."""
+def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
+    """vLLM's completion, chat and responses servers with the model's options, as vLLM's
+    server builds them from its flags; a `ModelConfigError` when the options do not fit the
+    model."""
     reasoning = options.reasoning_parser or getattr(
         llm.vllm_config.structured_outputs_config, "reasoning_parser", ""
     )
@@ -235,9 +272,10 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> tuple[Any, A
         chat = OpenAIServingChat(
             llm, models, options.response_role, **accepted(OpenAIServingChat, chat_arguments)
         )
+        responses = responses_server(llm, models, chat_arguments)
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
-    return completion, chat
+    return Servers(completion, chat, responses)
 
 
 def check_tool_options(options: OpenAIOptions) -> None:
@@ -259,90 +297,6 @@ def check_tool_options(options: OpenAIOptions) -> None:
         raise ModelConfigError("OPENAI_TOOL_STRICT_LEVEL needs vLLM >= 0.30")
 
 
-class GuardedEngineClient:
-    """The engine as vLLM's serving classes see it while they serve one request: each
-    `generate` runs through the request's guard and is known by the request's admitted id,
-    so that a drain can abort it. Everything else is the engine's own."""
-
-    def __init__(
-        self,
-        llm: Any,
-        guard: RequestGuard,
-        requests: EngineRequests,
-        generate: EngineOutputs | None = None,
-    ) -> None:
-        self._llm = llm
-        self._guard = guard
-        self._requests = requests
-        self._generate = generate
-        self._grammar_checks: list[asyncio.Future[None]] = []
-        self.acceptances = Acceptances(llm)
-        """Whether the engine took each engine request (a stream begins once it has)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._llm, name)
-
-    async def grammars_checked(self) -> None:
-        """Wait for the grammar checks of the engine requests started so far: a grammar the
-        engine cannot use is refused before a stream starts."""
-        await asyncio.gather(*self._grammar_checks)
-
-    def generate(
-        self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        """The engine's stream through the guard. A stream the core ends (its deadline) ends
-        quietly when it streams to the client: vLLM's stream generator would log it as a
-        crash; the frontend reports `guard.failure` in the stream instead."""
-        check_integers(sampling_params)
-        admitted = self._guard.request_id
-
-        def remember() -> None:
-            self._requests.setdefault(admitted, set()).add(request_id)
-
-        def forget() -> None:
-            engine_ids = self._requests.get(admitted)
-            if engine_ids is not None:
-                engine_ids.discard(request_id)
-                if not engine_ids:
-                    del self._requests[admitted]
-
-        if self._generate is None:
-            outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
-        else:
-            outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
-        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
-        outputs = self.acceptances.watch(request_id, outputs, streaming)
-        if getattr(sampling_params, "structured_outputs", None) is not None:
-            check = asyncio.ensure_future(grammar_check(self._llm).check(sampling_params, ""))
-            check.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._grammar_checks.append(check)
-            outputs = grammar_checked(check, outputs, sampling_params)
-        return self._guard.stream(
-            outputs,
-            token_counts,
-            quiet=streaming,
-            on_start=remember,
-            on_end=forget,
-            timeline=engine_timeline,
-        )
-
-
-async def grammar_checked(
-    check: asyncio.Future[None], outputs: Any, params: Any
-) -> AsyncIterator[Any]:
-    """The engine's outputs once the request's grammar passed its check; an output the
-    engine ended with an error is the request's own fault (its grammar was in play), not an
-    internal error."""
-    try:
-        await check
-        async for output in outputs:
-            if output.finished and any(c.finish_reason == ENGINE_ERROR for c in output.outputs):
-                raise failure_of(params, "")
-            yield output
-    finally:
-        await outputs.aclose()
-
-
 class RawRequest:
     """What vLLM's serving code reads of the HTTP request: its headers (X-Request-Id, trace
     context, priority...) and a `state` it writes to."""
@@ -350,33 +304,6 @@ class RawRequest:
     def __init__(self, headers: Mapping[str, str]) -> None:
         self.headers = headers
         self.state = SimpleNamespace()
-
-
-INT_RANGE = (-(2**63), 2**64 - 1)
-"""What the engine's message encoding (msgpack) can carry; a larger integer fails there, after
-the engine has registered the request (which then never finishes)."""
-
-
-def check_integers(sampling_params: Any) -> None:
-    """Refuse, naming the field, an integer the engine could not be sent."""
-    for name in getattr(sampling_params, "__struct_fields__", ()):
-        if not fits(getattr(sampling_params, name, None)):
-            raise InvalidRequestError(f"{name}: a number is out of range", param=name)
-
-
-def fits(value: Any) -> bool:
-    if isinstance(value, int):
-        return INT_RANGE[0] <= value <= INT_RANGE[1]
-    if isinstance(value, (list, tuple, set)):
-        return all(fits(item) for item in value)
-    if isinstance(value, dict):
-        return all(fits(key) and fits(item) for key, item in value.items())
-    return True
-
-
-def token_counts(output: Any) -> tuple[int, int]:
-    """A `RequestOutput`'s prompt tokens and new tokens (DELTA or FINAL_ONLY outputs)."""
-    return len(output.prompt_token_ids or ()), sum(len(c.token_ids) for c in output.outputs)
 
 
 def as_server_error(response: Any, cause: BaseException | None = None) -> ServerError:

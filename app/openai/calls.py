@@ -1,4 +1,4 @@
-"""One path for both generating routes: the body read, the model resolved, the request
+"""One path for the generating routes: the body read, the model resolved, the request
 admitted by the generation core and answered by the model's OpenAI API, with the client
 watched until the response starts: a stream as soon as vLLM's serving code has checked the
 request and returned it, as `vllm serve` does (not after the first token)."""
@@ -26,7 +26,7 @@ from app.http.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, until
 from app.http.errors import http_status
 from app.http.parsing import parsed
 from app.observability.access_log import RequestLog
-from app.openai.errors import error_frame
+from app.openai.errors import error_event, error_frame
 from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
 from app.openai.serving import OpenAIServing, engine_openai_serving
@@ -43,6 +43,7 @@ class Endpoint(enum.Enum):
 
     COMPLETIONS = "prompt"
     CHAT_COMPLETIONS = "messages"
+    RESPONSES = "input"
 
 
 class StreamStarts(enum.Enum):
@@ -89,8 +90,9 @@ async def run(
     context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: Endpoint
 ) -> Results:
     """The response's JSON (one item), or `STREAM_STARTS` and the frames, under the request's
-    admission. Errors once a stream has started are a frame of their own before `data: [DONE]`."""
-    streaming, response = False, None
+    admission. Errors once a stream has started are a frame of their own before `data: [DONE]`
+    (the Responses API's: an `error` event, and no `[DONE]`)."""
+    streaming, response, sent = False, None, 0
     try:
         route = route_hint(body.get(endpoint.value), target.adapter, context.request.headers)
         async with context.generation.admission(
@@ -110,19 +112,20 @@ async def run(
                 async with aclosing(result) as frames:
                     async for frame in frames:
                         if frame != DONE:
+                            sent += 1
                             yield frame
                 if guard.failure is not None:
                     raise guard.failure
     except ServerError as exc:
         if not streaming:
             raise
-        yield error_frame(exc, http_status(exc))
+        yield failure_frame(endpoint, exc, sent)
     except Exception as exc:
         if not streaming:
             raise
         logger.exception("stream failed after it started")
-        yield error_frame(ServerError(f"Error generating stream: {exc}"), 500)
-    if streaming:
+        yield failure_frame(endpoint, ServerError(f"Error generating stream: {exc}"), sent)
+    if streaming and endpoint is not Endpoint.RESPONSES:
         yield DONE
     elif response is not None:
         yield response
@@ -139,7 +142,16 @@ def create(
     """The serving call of `endpoint`."""
     if endpoint is Endpoint.COMPLETIONS:
         return serving.create_completion(body, guard=guard, adapter=adapter, headers=headers)
+    if endpoint is Endpoint.RESPONSES:
+        return serving.create_response(body, guard=guard, adapter=adapter, headers=headers)
     return serving.create_chat_completion(body, guard=guard, adapter=adapter, headers=headers)
+
+
+def failure_frame(endpoint: Endpoint, exc: ServerError, sent: int) -> str:
+    """The frame of an error once `sent` frames of the stream went out."""
+    if endpoint is Endpoint.RESPONSES:
+        return error_event(exc, http_status(exc), sent)
+    return error_frame(exc, http_status(exc))
 
 
 async def frames_of(results: Results) -> AsyncGenerator[str, None]:

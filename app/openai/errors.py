@@ -35,3 +35,16 @@ def openai_error_body(exc: ServerError, status: int) -> dict[str, Any]:
 def error_frame(exc: ServerError, status: int) -> str:
     """The error as an SSE frame, as vLLM's streams report one after their first frame."""
     return f"data: {json.dumps(openai_error_body(exc, status))}\n\n"
+
+
+def error_event(exc: ServerError, status: int, sequence_number: int) -> str:
+    """The error as the Responses API's `error` event (OpenAI's `ResponseErrorEvent`): `code`
+    is the status's name, `sequence_number` the event's place in the stream."""
+    event = {
+        "type": "error",
+        "code": error_type(status),
+        "message": exc.message,
+        "param": exc.param,
+        "sequence_number": sequence_number,
+    }
+    return f"event: error\ndata: {json.dumps(event)}\n\n"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.openai.schemas import CHAT_EXAMPLE, COMPLETION_EXAMPLE, OpenAIErrorResponse
+from app.openai.schemas import (
+    CHAT_EXAMPLE,
+    COMPLETION_EXAMPLE,
+    RESPONSE_EXAMPLE,
+    OpenAIErrorResponse,
+)
 
 
 def error_example(
@@ -178,12 +183,17 @@ STREAM_CONTENT = {
 }
 
 
-def answer(schema: str, description: str, value: dict[str, Any]) -> dict[str, Any]:
+def answer(
+    schema: str,
+    description: str,
+    value: dict[str, Any],
+    stream: dict[str, Any] = STREAM_CONTENT,
+) -> dict[str, Any]:
     """A 200 answered as JSON (vLLM's response model `schema`) or as SSE with `stream: true`."""
     json_content = {"schema": {"$ref": f"#/components/schemas/{schema}"}, "example": value}
     return {
         "description": description,
-        "content": {"application/json": json_content, **STREAM_CONTENT},
+        "content": {"application/json": json_content, **stream},
     }
 
 
@@ -198,6 +208,82 @@ COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
 CHAT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: answer(
         "ChatCompletionResponse", "The answer, or its SSE chunks with `stream: true`", CHAT_EXAMPLE
+    ),
+    **ERRORS,
+}
+
+RESPONSE_BODY = request_body(
+    "ResponsesRequest",
+    {
+        "input": example(
+            "Answer an input",
+            {
+                "model": "smollm2",
+                "input": "What is the capital of France?",
+                "max_output_tokens": 32,
+            },
+        ),
+        "stream": example(
+            "Stream the answer as events",
+            {
+                "model": "smollm2",
+                "instructions": "Answer in one sentence.",
+                "input": [{"role": "user", "content": "Tell me a joke"}],
+                "max_output_tokens": 48,
+                "stream": True,
+            },
+        ),
+        "json_schema": example(
+            "Structured output: JSON that matches a schema",
+            {
+                "model": "smollm2",
+                "input": "Give the largest city of Japan as JSON.",
+                "max_output_tokens": 48,
+                "text": {
+                    "format": {
+                        "type": "json_schema",
+                        "name": "city",
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "city": {"type": "string"},
+                                "population": {"type": "integer"},
+                            },
+                            "required": ["city", "population"],
+                        },
+                    }
+                },
+            },
+        ),
+    },
+)
+
+RESPONSE_STREAM_CONTENT = {
+    "text/event-stream": {
+        "schema": {
+            "type": "object",
+            "description": "One event: `event` is its type (`response.created`, "
+            "`response.output_text.delta`, ..., `response.completed`, or `error`), `data` "
+            "its JSON. There is no `[DONE]`.",
+            "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+            "required": ["event", "data"],
+        },
+        "example": "event: response.created\n"
+        'data: {"type":"response.created","sequence_number":0,"response":{...}}\n\n'
+        "event: response.output_text.delta\n"
+        'data: {"type":"response.output_text.delta","delta":" Paris","sequence_number":4,...}'
+        "\n\n"
+        "event: response.completed\n"
+        'data: {"type":"response.completed","sequence_number":9,"response":{...}}\n\n',
+    }
+}
+
+RESPONSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: answer(
+        "ResponsesResponse",
+        "The response, or its SSE events with `stream: true`",
+        RESPONSE_EXAMPLE,
+        RESPONSE_STREAM_CONTENT,
     ),
     **ERRORS,
 }

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible routes: models, completions and chat completions."""
+"""The OpenAI-compatible routes: models, completions, chat completions and responses."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.errors import ModelNotFoundError
 from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep
 from app.openai.calls import Endpoint, OpenAIContext, respond
 from app.openai.examples import (
@@ -15,6 +16,8 @@ from app.openai.examples import (
     COMPLETION_BODY,
     COMPLETION_RESPONSES,
     NOT_FOUND,
+    RESPONSE_BODY,
+    RESPONSE_RESPONSES,
 )
 from app.openai.models import model_card_for, model_cards
 from app.openai.schemas import ModelCard, ModelList
@@ -66,3 +69,33 @@ async def chat_completions(
     return await respond(
         OpenAIContext(request, generation, log), registry, Endpoint.CHAT_COMPLETIONS
     )
+
+
+@router.post(
+    "/responses",
+    summary="Answer an input with OpenAI's Responses API (JSON, or Server-Sent Events with "
+    "`stream: true`); nothing is stored",
+    response_model=None,
+    responses=RESPONSE_RESPONSES,
+    openapi_extra=RESPONSE_BODY,
+)
+async def create_response(
+    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
+) -> Response:
+    return await respond(OpenAIContext(request, generation, log), registry, Endpoint.RESPONSES)
+
+
+NOT_STORED = (
+    "Response '{}' not found: this server does not store responses (`store` is always "
+    "false), so they cannot be retrieved, cancelled or continued"
+)
+
+
+@router.get("/responses/{response_id}", include_in_schema=False)
+async def retrieve_response(response_id: str) -> Response:
+    raise ModelNotFoundError(NOT_STORED.format(response_id[:256]), param="response_id")
+
+
+@router.post("/responses/{response_id}/cancel", include_in_schema=False)
+async def cancel_response(response_id: str) -> Response:
+    raise ModelNotFoundError(NOT_STORED.format(response_id[:256]), param="response_id")

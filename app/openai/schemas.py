@@ -41,6 +41,34 @@ CHAT_EXAMPLE = {
     ],
     "usage": {"prompt_tokens": 37, "completion_tokens": 8, "total_tokens": 45},
 }
+RESPONSE_EXAMPLE: dict[str, Any] = {
+    "id": "resp_91b3323f2c57d823",
+    "object": "response",
+    "created_at": 1795860063,
+    "model": "smollm2",
+    "status": "completed",
+    "output": [
+        {
+            "id": "msg_993d2c62e9fb6730",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [
+                {
+                    "type": "output_text",
+                    "text": "The capital of France is Paris.",
+                    "annotations": [],
+                    "logprobs": None,
+                }
+            ],
+        }
+    ],
+    "max_output_tokens": 32,
+    "temperature": 0.0,
+    "tool_choice": "none",
+    "tools": [],
+    "usage": {"input_tokens": 37, "output_tokens": 8, "total_tokens": 45},
+}
 MODEL_EXAMPLE: dict[str, Any] = {
     "id": "smollm2",
     "object": "model",
@@ -82,6 +110,6 @@ class OpenAIErrorResponse(BaseModel):
     error: OpenAIErrorInfo
 
 
-OPENAI_REQUEST_SCHEMAS = ("CompletionRequest", "ChatCompletionRequest")
+OPENAI_REQUEST_SCHEMAS = ("CompletionRequest", "ChatCompletionRequest", "ResponsesRequest")
 """Components the generating routes' bodies refer to (vLLM's models, added to the document)."""
-OPENAI_RESPONSE_SCHEMAS = ("CompletionResponse", "ChatCompletionResponse")
+OPENAI_RESPONSE_SCHEMAS = ("CompletionResponse", "ChatCompletionResponse", "ResponsesResponse")

@@ -60,6 +60,18 @@ class OpenAIServing(Protocol):
         headers: Mapping[str, str],
     ) -> dict[str, Any] | AsyncGenerator[str, None]: ...
 
+    async def create_response(
+        self,
+        body: dict[str, Any],
+        *,
+        guard: RequestGuard,
+        adapter: str | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        """OpenAI's Responses API: the response, or its SSE events (`event: <type>` and
+        `data: {...}`, no `[DONE]`) when the body asks to stream."""
+        ...
+
     @property
     def utility(self) -> OpenAIUtility: ...
 

@@ -1,0 +1,142 @@
+"""The engine as vLLM's OpenAI serving classes see it while they serve one request: every
+engine request run through the request's guard (limits, observation, deadline), known by the
+request's admitted id (a drain aborts it), its grammar checked and its acceptance watched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from vllm.sampling_params import RequestOutputKind
+
+from app.core.guard import RequestGuard
+from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
+from app.engine.openai_acceptance import Acceptances
+from app.engine.timeline import engine_timeline
+from app.errors import InvalidRequestError, ServerError
+
+EngineRequests = dict[str, set[str]]
+"""Admitted request id -> the ids of the engine requests it runs, for aborting them."""
+EngineOutputs = Callable[..., AsyncIterator[Any]]
+"""`(admitted_id, prompt, sampling_params, request_id, **kwargs)`: `AsyncLLM.generate` for a
+request admitted as `admitted_id` (`VllmEngine.outputs`: resumed on a replacement engine)."""
+
+
+class GuardedEngineClient:
+    """The engine as vLLM's serving classes see it while they serve one request: each
+    `generate` runs through the request's guard and is known by the request's admitted id,
+    so that a drain can abort it. Everything else is the engine's own."""
+
+    def __init__(
+        self,
+        llm: Any,
+        guard: RequestGuard,
+        requests: EngineRequests,
+        generate: EngineOutputs | None = None,
+    ) -> None:
+        self._llm = llm
+        self._guard = guard
+        self._requests = requests
+        self._generate = generate
+        self._grammar_checks: list[asyncio.Future[None]] = []
+        self.acceptances = Acceptances(llm)
+        """Whether the engine took each engine request (a stream begins once it has)."""
+        self.requested = asyncio.Event()
+        """Set once vLLM's serving code asked for its first engine request."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    @property
+    def failure(self) -> ServerError | None:
+        """Why the core ended one of the request's engine streams early, if it did."""
+        return self._guard.failure
+
+    async def grammars_checked(self) -> None:
+        """Wait for the grammar checks of the engine requests started so far: a grammar the
+        engine cannot use is refused before a stream starts."""
+        await asyncio.gather(*self._grammar_checks)
+
+    def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The engine's stream through the guard. A stream the core ends (its deadline) ends
+        quietly when it streams to the client: vLLM's stream generator would log it as a
+        crash; the frontend reports `guard.failure` in the stream instead."""
+        check_integers(sampling_params)
+        self.requested.set()
+        admitted = self._guard.request_id
+
+        def remember() -> None:
+            self._requests.setdefault(admitted, set()).add(request_id)
+
+        def forget() -> None:
+            engine_ids = self._requests.get(admitted)
+            if engine_ids is not None:
+                engine_ids.discard(request_id)
+                if not engine_ids:
+                    del self._requests[admitted]
+
+        if self._generate is None:
+            outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
+        else:
+            outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
+        streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
+        outputs = self.acceptances.watch(request_id, outputs, streaming)
+        if getattr(sampling_params, "structured_outputs", None) is not None:
+            check = asyncio.ensure_future(grammar_check(self._llm).check(sampling_params, ""))
+            check.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._grammar_checks.append(check)
+            outputs = grammar_checked(check, outputs, sampling_params)
+        return self._guard.stream(
+            outputs,
+            token_counts,
+            quiet=streaming,
+            on_start=remember,
+            on_end=forget,
+            timeline=engine_timeline,
+        )
+
+
+async def grammar_checked(
+    check: asyncio.Future[None], outputs: Any, params: Any
+) -> AsyncIterator[Any]:
+    """The engine's outputs once the request's grammar passed its check; an output the
+    engine ended with an error is the request's own fault (its grammar was in play), not an
+    internal error."""
+    try:
+        await check
+        async for output in outputs:
+            if output.finished and any(c.finish_reason == ENGINE_ERROR for c in output.outputs):
+                raise failure_of(params, "")
+            yield output
+    finally:
+        await outputs.aclose()
+
+
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""What the engine's message encoding (msgpack) can carry; a larger integer fails there, after
+the engine has registered the request (which then never finishes)."""
+
+
+def check_integers(sampling_params: Any) -> None:
+    """Refuse, naming the field, an integer the engine could not be sent."""
+    for name in getattr(sampling_params, "__struct_fields__", ()):
+        if not fits(getattr(sampling_params, name, None)):
+            raise InvalidRequestError(f"{name}: a number is out of range", param=name)
+
+
+def fits(value: Any) -> bool:
+    if isinstance(value, int):
+        return INT_RANGE[0] <= value <= INT_RANGE[1]
+    if isinstance(value, (list, tuple, set)):
+        return all(fits(item) for item in value)
+    if isinstance(value, dict):
+        return all(fits(key) and fits(item) for key, item in value.items())
+    return True
+
+
+def token_counts(output: Any) -> tuple[int, int]:
+    """A `RequestOutput`'s prompt tokens and new tokens (DELTA or FINAL_ONLY outputs)."""
+    return len(output.prompt_token_ids or ()), sum(len(c.token_ids) for c in output.outputs)
