@@ -1,5 +1,6 @@
-"""Triton's CPU and GPU gauges, sampled every `--metrics-interval-ms` by a thread: CPU from
-/proc (Triton's formulas), GPUs through NVML (a host without NVML or GPUs has no GPU series)."""
+"""Triton's CPU and GPU gauges, sampled every `--metrics-interval-ms` by a thread: CPU and
+memory through psutil (Triton's formulas), GPUs through NVML (a host without NVML or GPUs has
+no GPU series)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
+import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -17,8 +19,6 @@ from app.observability.gpus import GpuSample, Nvml
 
 logger = logging.getLogger(__name__)
 
-PROC_STAT = Path("/proc/stat")
-PROC_MEMINFO = Path("/proc/meminfo")
 GPU_LABELS = ("gpu_uuid",)
 CPU_FAMILIES = {
     "nv_cpu_utilization": "CPU utilization rate [0.0 - 1.0]",
@@ -42,46 +42,54 @@ SYSTEM_FAMILIES = frozenset([*CPU_FAMILIES, *GPU_GAUGES, ENERGY[0]])
 
 @dataclass(frozen=True, slots=True)
 class CpuTimes:
-    """The aggregate `cpu` line of /proc/stat, in jiffies: busy (user, nice, system, irq,
-    softirq, steal) and idle (idle, iowait)."""
+    """The host's CPU time (all CPUs), in seconds: busy (user, nice, system, irq, softirq,
+    steal) and idle (idle, iowait), as Triton sums /proc/stat's `cpu` line."""
 
-    busy: int
-    idle: int
+    busy: float
+    idle: float
 
 
-def read_cpu_times(path: Path = PROC_STAT) -> CpuTimes | None:
+def cpu_times_of(times: Any) -> CpuTimes:
+    """Triton's sums of psutil's `cpu_times()` (fields a platform lacks count 0)."""
+
+    def seconds(*names: str) -> float:
+        return sum(getattr(times, name, 0.0) for name in names)
+
+    return CpuTimes(
+        busy=seconds("user", "nice", "system", "irq", "softirq", "steal"),
+        idle=seconds("idle", "iowait"),
+    )
+
+
+def read_cpu_times() -> CpuTimes | None:
     try:
-        first = path.read_text().splitlines()[0].split()
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(value) for value in first[1:9])
-    except (OSError, IndexError, ValueError):
+        return cpu_times_of(psutil.cpu_times())
+    except (OSError, psutil.Error):
         return None
-    if first[0] != "cpu":
-        return None
-    return CpuTimes(busy=user + nice + system + irq + softirq + steal, idle=idle + iowait)
 
 
 def cpu_utilization(new: CpuTimes | None, old: CpuTimes | None) -> float:
     """The busy share of the time between two readings (0 when either is missing)."""
     if new is None or old is None:
         return 0.0
-    busy, idle = max(0, new.busy - old.busy), max(0, new.idle - old.idle)
+    busy, idle = max(0.0, new.busy - old.busy), max(0.0, new.idle - old.idle)
     return busy / (busy + idle) if busy + idle else 0.0
 
 
-def read_memory(path: Path = PROC_MEMINFO) -> tuple[int, int]:
-    """(total, used) bytes of RAM, used being total less available (Triton's choice); zeros
-    when /proc/meminfo cannot be read."""
-    values: dict[str, int] = {}
-    try:
-        for line in path.read_text().splitlines():
-            name, _, rest = line.partition(":")
-            values[name] = int(rest.split()[0]) * 1024
-    except (OSError, IndexError, ValueError):
-        return 0, 0
-    total, available = values.get("MemTotal"), values.get("MemAvailable")
-    if total is None or available is None or available > total:
+def memory_of(memory: Any) -> tuple[int, int]:
+    """(total, used) bytes of RAM from psutil's `virtual_memory()`, used being total less
+    available (Triton's choice); zeros for a reading that makes no sense."""
+    total, available = int(memory.total), int(memory.available)
+    if available > total:
         return 0, 0
     return total, total - available
+
+
+def read_memory() -> tuple[int, int]:
+    try:
+        return memory_of(psutil.virtual_memory())
+    except (OSError, psutil.Error):
+        return 0, 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,13 @@
-"""Triton's CPU and GPU gauges: /proc read with Triton's formulas, the GPUs CUDA_VISIBLE_DEVICES
-leaves visible, GPU series only where there is a GPU, sampling every interval; the command
-line's --allow-cpu-metrics, --allow-gpu-metrics and --metrics-interval-ms reaching them."""
+"""Triton's CPU and GPU gauges: psutil's readings with Triton's formulas, the GPUs
+CUDA_VISIBLE_DEVICES leaves visible, GPU series only where there is a GPU, sampling every
+interval; the command line's --allow-cpu-metrics, --allow-gpu-metrics and
+--metrics-interval-ms reaching them."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,25 +21,26 @@ from app.observability.system_metrics import (
     CpuTimes,
     SystemMetrics,
     SystemSample,
+    cpu_times_of,
     cpu_utilization,
+    memory_of,
     read_cpu_times,
     read_memory,
 )
 from tests.doubles import FakeEngine
 from tests.support.waiting import wait_for
 
-STAT = "cpu  100 5 50 800 40 3 2 1 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\nintr 12345\n"
-MEMINFO = (
-    "MemTotal:       16000 kB\nMemFree:         2000 kB\nMemAvailable:    6000 kB\nBuffers: 10 kB\n"
-)
 
-
-def test_cpu_times_are_the_aggregate_line(tmp_path: Path) -> None:
-    (tmp_path / "stat").write_text(STAT)
-    assert read_cpu_times(tmp_path / "stat") == CpuTimes(
-        busy=100 + 5 + 50 + 3 + 2 + 1, idle=800 + 40
+def test_cpu_times_are_tritons_sums_of_psutils() -> None:
+    times = SimpleNamespace(
+        user=1.0, nice=0.05, system=0.5, idle=8.0, iowait=0.4, irq=0.03, softirq=0.02, steal=0.01
     )
-    assert read_cpu_times(tmp_path / "missing") is None
+    busy = cpu_times_of(times).busy
+    assert busy == pytest.approx(1.0 + 0.05 + 0.5 + 0.03 + 0.02 + 0.01)
+    assert cpu_times_of(times).idle == pytest.approx(8.4)
+    assert cpu_times_of(SimpleNamespace(user=1.0, system=2.0, idle=3.0)) == CpuTimes(3.0, 3.0)
+    host = read_cpu_times()
+    assert host is not None and host.busy > 0 and host.idle > 0
 
 
 def test_utilization_is_the_busy_share_between_two_readings() -> None:
@@ -46,11 +49,11 @@ def test_utilization_is_the_busy_share_between_two_readings() -> None:
     assert cpu_utilization(None, CpuTimes(1, 1)) == 0.0
 
 
-def test_used_memory_is_total_less_available(tmp_path: Path) -> None:
-    (tmp_path / "meminfo").write_text(MEMINFO)
-    assert read_memory(tmp_path / "meminfo") == (16000 * 1024, 10000 * 1024)
-    (tmp_path / "bad").write_text("MemTotal: 10 kB\n")
-    assert read_memory(tmp_path / "bad") == (0, 0)
+def test_used_memory_is_total_less_available() -> None:
+    assert memory_of(SimpleNamespace(total=16000, available=6000)) == (16000, 10000)
+    assert memory_of(SimpleNamespace(total=10, available=20)) == (0, 0)
+    total, used = read_memory()
+    assert 0 < used < total
 
 
 @pytest.mark.parametrize(
