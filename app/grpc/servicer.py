@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from app.core.routing import PIN_HEADER
-from app.errors import ModelNotFoundError, ServerError
+from app.errors import ModelNotFoundError, NotSupportedError, ServerError
 from app.grpc.log_settings import log_settings
 from app.grpc.observe import INFERENCE_SERVICE, GrpcMetrics
 from app.grpc.status import DECOUPLED_INFER_MESSAGE, status_code
@@ -26,7 +26,7 @@ from app.triton.model_config import completed_config, metadata_json
 from app.triton.repository import check_control_requests, load_model, unload_model
 from app.triton.server_metadata import server_metadata
 from app.triton.statistics import statistics_json
-from app.triton.trace_settings import check_model, grpc_answer, grpc_change, settings_of
+from app.triton.trace_extension import check_model, grpc_answer, grpc_change, settings_of
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -62,6 +62,12 @@ def load_parameters(parameters: Any) -> dict[str, object]:
 def parameter_sizes(parameters: Any) -> dict[str, int]:
     """Each load parameter's size in bytes (that of its `bytes_param`: a file's content)."""
     return {key: len(parameter.bytes_param) for key, parameter in parameters.items()}
+
+
+def check_no_repository_name(request: Any) -> None:
+    """Triton's refusal (UNIMPLEMENTED) of a repository call that names a repository."""
+    if request.repository_name:
+        raise NotSupportedError("'repository_name' specification is not supported")
 
 
 def not_supported(feature: str, group: ApiGroup) -> Callable[[Any, Any, Context], Awaitable[Any]]:
@@ -145,8 +151,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(
         self, request: Any, context: Context
     ) -> service_pb2.RepositoryIndexResponse:
-        if request.repository_name:
-            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        check_no_repository_name(request)
         response = service_pb2.RepositoryIndexResponse()
         for entry in self._runtime.registry.index():
             if not request.ready or entry.state == "READY":
@@ -163,8 +168,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: Any, context: Context
     ) -> service_pb2.RepositoryModelLoadResponse:
-        if request.repository_name:
-            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        check_no_repository_name(request)
         registry = self._runtime.registry
         check_control_requests(registry)
         check_override_files(parameter_sizes(request.parameters), registry.override_limits)
@@ -177,8 +181,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: Any, context: Context
     ) -> service_pb2.RepositoryModelUnloadResponse:
-        if request.repository_name:
-            await context.abort(UNIMPLEMENTED, "'repository_name' specification is not supported")
+        check_no_repository_name(request)
         dependents = request.parameters.get("unload_dependents")
         if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
             await context.abort(

@@ -22,8 +22,8 @@ from tritonclient.grpc import model_config_pb2
 from app.engine.client_slot import ClientSlot
 from app.errors import ServerError
 from app.multiprocess.channel import STREAM_LIMIT, Channel, RemoteError
+from app.multiprocess.link_calls import LinkCall
 from app.multiprocess.metrics import merge_expositions
-from app.multiprocess.ops import Op
 from app.observability.log_control import LOG_CONTROL, LogSettings
 from app.observability.trace_settings import (
     SettingsChange,
@@ -61,11 +61,11 @@ class FrontendProcessLink:
         reader, writer = await asyncio.open_unix_connection(self._path, limit=STREAM_LIMIT)
         self._channel = Channel(reader, writer, self._answer)
         self._serving = asyncio.create_task(self._serve())
-        self._loads.update(await self._call(Op.HELLO))
+        self._loads.update(await self._call(LinkCall.HELLO))
 
     async def ready(self) -> None:
         """Tell the supervisor this process serves (a later exit is restarted, not fatal)."""
-        await self._call(Op.READY)
+        await self._call(LinkCall.READY)
 
     async def _serve(self) -> None:
         assert self._channel is not None
@@ -90,7 +90,9 @@ class FrontendProcessLink:
         }
         engine_args = json.loads(json.dumps(spec.engine_args, default=str))
         instance = spec.instance.to_json()
-        reply = await self._call(Op.ACQUIRE, key=key, engine_args=engine_args, instance=instance)
+        reply = await self._call(
+            LinkCall.ACQUIRE, key=key, engine_args=engine_args, instance=instance
+        )
         epoch = reply.pop("epoch")
         slot = ClientSlot(**reply)
         self._held[slot] = (key, epoch)
@@ -99,23 +101,23 @@ class FrontendProcessLink:
     async def release(self, slot: ClientSlot) -> None:
         key, epoch = self._held.pop(slot, (None, 0))
         if key is not None:
-            await self._call(Op.RELEASE, key=key, epoch=epoch)
+            await self._call(LinkCall.RELEASE, key=key, epoch=epoch)
 
     async def metrics(self) -> bytes:
         """Every frontend process's metrics, merged; a `ServerError` when one could not give
         its own."""
         try:
-            texts = await self._call(Op.GATHER, what=Op.METRICS)
+            texts = await self._call(LinkCall.GATHER, what=LinkCall.METRICS)
         except RemoteError as exc:
             raise ServerError(
                 f"a frontend process failed to report its metrics: {exc.message}"
             ) from exc
         return merge_expositions(texts)
 
-    async def share(self, op: Op, name: str, **args: Any) -> None:
+    async def share(self, op: LinkCall, name: str, **args: Any) -> None:
         """Have every other frontend process apply a repository change this one made."""
         try:
-            await self._call(Op.SHARE, what=op, args={"name": name, **args})
+            await self._call(LinkCall.SHARE, what=op, args={"name": name, **args})
         except RemoteError as exc:
             raise ServerError(
                 f"another frontend process failed to {op} model '{name}': {exc.message}"
@@ -125,7 +127,7 @@ class FrontendProcessLink:
         """Have every other frontend process take this one's log settings."""
         settings = asdict(LOG_CONTROL.settings)
         try:
-            await self._call(Op.SHARE, what=Op.LOG_SETTINGS, args=settings)
+            await self._call(LinkCall.SHARE, what=LinkCall.LOG_SETTINGS, args=settings)
         except RemoteError as exc:
             message = f"another frontend process failed to change its log settings: {exc.message}"
             raise ServerError(message) from exc
@@ -134,7 +136,7 @@ class FrontendProcessLink:
         """Have every other frontend process make the same change of a trace setting."""
         try:
             args = {"model": model, "change": change_to_json(change)}
-            await self._call(Op.SHARE, what=Op.TRACE_SETTING, args=args)
+            await self._call(LinkCall.SHARE, what=LinkCall.TRACE_SETTING, args=args)
         except RemoteError as exc:
             message = f"another frontend process failed to change its trace setting: {exc.message}"
             raise ServerError(message) from exc
@@ -143,26 +145,26 @@ class FrontendProcessLink:
         previous, self._loads[name] = self._loads.get(name, FIRST_LOAD), load
         return previous
 
-    async def _call(self, op: Op, **args: Any) -> Any:
+    async def _call(self, op: LinkCall, **args: Any) -> Any:
         assert self._channel is not None, "connect first"
         return await self._channel.call(op, frontend_process=self.index, **args)
 
     async def _answer(self, name: str, args: dict[str, Any]) -> Any:
-        op = Op(name)
-        if op is Op.METRICS:
+        op = LinkCall(name)
+        if op is LinkCall.METRICS:
             return self.local_metrics().decode()
-        if op is Op.TRACE_SETTING and self.trace_settings is not None:
+        if op is LinkCall.TRACE_SETTING and self.trace_settings is not None:
             self.trace_settings.update(args["model"], change_from_json(args["change"]))
             return None
-        if op is Op.LOG_SETTINGS:
+        if op is LinkCall.LOG_SETTINGS:
             LOG_CONTROL.apply(LogSettings(**args))
             return None
         assert self.registry is not None
-        if op is Op.LOAD:
+        if op is LinkCall.LOAD:
             self.set_load(args["name"], args["load"])
             await self.registry.load_here(args["name"], decode_override(args.get("override")))
             return None
-        if op is Op.UNLOAD:
+        if op is LinkCall.UNLOAD:
             await self.registry.unload_here(args["name"])
             return None
         raise ValueError(f"unknown call {op!r}")
@@ -185,11 +187,11 @@ class SharedModelRegistry(ModelRegistry):
         except BaseException:
             self._link.set_load(name, previous)
             raise
-        await self._link.share(Op.LOAD, name, load=load, override=encode_override(override))
+        await self._link.share(LinkCall.LOAD, name, load=load, override=encode_override(override))
 
     async def unload(self, name: str) -> None:
         await super().unload(name)
-        await self._link.share(Op.UNLOAD, name)
+        await self._link.share(LinkCall.UNLOAD, name)
 
     async def load_here(self, name: str, override: ModelOverride | None) -> None:
         await super().load(name, override)

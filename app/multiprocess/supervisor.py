@@ -26,8 +26,8 @@ from typing import Any
 
 from app.multiprocess.channel import STREAM_LIMIT, Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import CoreKey, EngineCores, HostFactory
+from app.multiprocess.link_calls import LinkCall
 from app.multiprocess.metrics import merge_expositions
-from app.multiprocess.ops import Op
 from app.multiprocess.stop_watchdog import StopWatchdog
 from app.observability.log_control import LOG_CONTROL
 from app.observability.metrics_server import MetricsHttpServer, on_loop
@@ -191,32 +191,32 @@ class Supervisor:
         await channel.serve()
 
     async def _answer(self, channel: Channel, name: str, args: dict[str, Any]) -> Any:
-        op, index = Op(name), args.pop("frontend_process")
-        if op is Op.HELLO:  # a (re)started frontend process joins the current loads' cores
+        op, index = LinkCall(name), args.pop("frontend_process")
+        if op is LinkCall.HELLO:  # a (re)started frontend process joins the current loads' cores
             self._channels[index] = channel
             return self._loads
-        if op is Op.READY:
+        if op is LinkCall.READY:
             self._ready.add(index)
             return None
-        if op is Op.ACQUIRE:
+        if op is LinkCall.ACQUIRE:
             key = core_key(args["key"])
             return await self._cores.acquire(key, args["engine_args"], index, args.get("instance"))
-        if op is Op.RELEASE:
+        if op is LinkCall.RELEASE:
             await self._cores.release(core_key(args["key"]), args["epoch"], index)
             return None
-        if op is Op.GATHER:
-            return await self._gather(Op(args["what"]))
-        if op is Op.SHARE:
-            shared = Op(args["what"])
+        if op is LinkCall.GATHER:
+            return await self._gather(LinkCall(args["what"]))
+        if op is LinkCall.SHARE:
+            shared = LinkCall(args["what"])
             self._remember(shared, args["args"])
             await self._share(index, shared, args["args"])
             return None
         raise ValueError(f"unknown call {op!r}")
 
-    def _remember(self, op: Op, args: dict[str, Any]) -> None:
-        if op is Op.LOAD:
+    def _remember(self, op: LinkCall, args: dict[str, Any]) -> None:
+        if op is LinkCall.LOAD:
             self._loads[args["name"]] = args["load"]
-        elif op is Op.UNLOAD:
+        elif op is LinkCall.UNLOAD:
             self._loads.pop(args["name"], None)
 
     def _serve_metrics(self) -> MetricsHttpServer | None:
@@ -226,7 +226,7 @@ class Supervisor:
             return None
 
         async def merged() -> bytes:
-            return merge_expositions(await self._gather(Op.METRICS))
+            return merge_expositions(await self._gather(LinkCall.METRICS))
 
         address = settings.metrics_address or settings.host
         render = on_loop(asyncio.get_running_loop(), merged)
@@ -235,7 +235,7 @@ class Supervisor:
         logger.info("Started Metrics Service at %s:%d", address, port.port)
         return port
 
-    async def _gather(self, op: Op) -> list[Any]:
+    async def _gather(self, op: LinkCall) -> list[Any]:
         """Every frontend process's answer to `op`, leaving out those that went away (one
         restarting); a process whose handler failed fails the whole call, so that an
         exposition is never silently short of a process's series."""
@@ -246,7 +246,7 @@ class Supervisor:
                 raise reply
         return [reply for reply in replies if not isinstance(reply, BaseException)]
 
-    async def _share(self, origin: int, op: Op, args: dict[str, Any]) -> None:
+    async def _share(self, origin: int, op: LinkCall, args: dict[str, Any]) -> None:
         others = [c for index, c in list(self._channels.items()) if index != origin]
         replies = await asyncio.gather(
             *(c.call(op, **args) for c in others), return_exceptions=True

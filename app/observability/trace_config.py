@@ -172,7 +172,7 @@ def triton_options(
 def opentelemetry_options(settings: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """OpenTelemetry mode: the settings as given (`bsp_*` checked), then the batch span
     processor's settings not given, from OTEL_BSP_* or their defaults."""
-    given: list[tuple[str, str]] = []
+    options: list[tuple[str, str]] = []
     for setting, value in settings:
         if setting in BSP_SETTINGS:
             value = str(integer(f"--trace-config opentelemetry,{setting}", value, 0, UINT32_MAX))
@@ -180,13 +180,13 @@ def opentelemetry_options(settings: list[tuple[str, str]]) -> tuple[tuple[str, s
             raise ValueError(
                 f"--trace-config opentelemetry,resource: expected <key>=<value>, got {value}"
             )
-        given.append((setting, value))
-    named = {setting for setting, _ in given}
+        options.append((setting, value))
+    named = {setting for setting, _ in options}
     for setting, (variable, default) in BSP_SETTINGS.items():
         if setting not in named:
             raw = os.environ.get(variable, str(default))
-            given.append((setting, str(integer(variable, raw, 0, UINT32_MAX))))
-    return tuple(given)
+            options.append((setting, str(integer(variable, raw, 0, UINT32_MAX))))
+    return tuple(options)
 
 
 def integer(name: str, value: str, low: int, high: int) -> int:

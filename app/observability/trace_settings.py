@@ -1,5 +1,5 @@
 """Triton's trace settings (src/tracer.cc's TraceManager): the global setting and a setting per
-model, each field either given or following its fallback (the global setting for a model, the
+model, each field either set or following its fallback (the global setting for a model, the
 start-up setting for the global one), and the sampling of requests by rate and count."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ SettingsChange = Mapping[str, object]
 
 @dataclass
 class TraceSetting:
-    """One setting, with which fields were given, and its sampling state (the remaining
-    `count` goes down as requests are traced, as Triton reports it)."""
+    """One setting, with the fields it sets itself (`own_fields`; the others follow its
+    fallback), and its sampling state (the remaining `count` goes down as requests are
+    traced, as Triton reports it)."""
 
     level: frozenset[str]
     rate: int
@@ -28,7 +29,7 @@ class TraceSetting:
     file: str
     mode: str
     options: tuple[tuple[str, str], ...]
-    given: frozenset[str] = frozenset()
+    own_fields: frozenset[str] = frozenset()
     sampled: int = 0
 
     @property
@@ -119,21 +120,23 @@ class TraceSettings:
         current = self._models.get(model) if model else self._global
         fallback = self._global if model else self._default
         values = {name: getattr(fallback, name) for name in FIELDS}
-        given = set()
+        own_fields = set()
         for name in FIELDS:
             cleared = name in change and change[name] is None
-            if not cleared and (name in change or (current is not None and name in current.given)):
-                given.add(name)
+            if not cleared and (
+                name in change or (current is not None and name in current.own_fields)
+            ):
+                own_fields.add(name)
                 values[name] = change[name] if name in change else getattr(current, name)
-        file_given = current is not None and "file" in current.given
+        own_file = current is not None and "file" in current.own_fields
         setting = replace(
             fallback,
             **values,
-            file=current.file if file_given and current is not None else fallback.file,
-            given=frozenset(given | ({"file"} if file_given else set())),
+            file=current.file if own_file and current is not None else fallback.file,
+            own_fields=frozenset(own_fields | ({"file"} if own_file else set())),
             sampled=0,
         )
-        if model and not setting.given:
+        if model and not setting.own_fields:
             self._models.pop(model, None)
             self._following.discard(model)
             return

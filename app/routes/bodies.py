@@ -1,12 +1,14 @@
 """Request bodies read by hand as JSON, whatever their Content-Type (curl -d sends a form type,
 tritonclient none), as FastAPI dependencies: Triton's generate body and the optional
-bodies of the repository extension. The runtime's parts are app/http/dependencies.py's."""
+bodies of the repository extension; the logging and trace extensions' settings. The runtime's
+parts are app/http/dependencies.py's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel
@@ -45,3 +47,17 @@ async def generate_request_body(request: Request) -> GenerateRequest:
 
 
 GenerateBody = Annotated[GenerateRequest, Depends(generate_request_body)]
+
+
+def settings_object(body: bytes, kind: str) -> dict[str, Any]:
+    """A body of `kind` settings (log, trace) as Triton's extensions read it: a JSON object,
+    with Triton's message for one that is not JSON; an empty body changes nothing."""
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequestError(f"failed to parse the request JSON buffer: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequestError(f"the request body must be a JSON object of {kind} settings")
+    return data

@@ -15,6 +15,7 @@ from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep, Set
 from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.repository.served_model import ServedModel
 from app.routes.bodies import GenerateBody
+from app.routes.model_routes import model_routes
 from app.routes.openapi_examples import (
     ERROR_RESPONSES,
     EVENT_SOURCE_DESCRIPTION,
@@ -57,16 +58,14 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post(
-    "/v2/models/{model_name}/generate",
-    summary="Generate text (one JSON response)",
-    response_model=GenerateResponse,
-    responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
-    openapi_extra=GENERATE_REQUEST_BODY,
-)
-@router.post(
-    "/v2/models/{model_name}/versions/{model_version}/generate",
-    summary="Generate text with a given model version (one JSON response)",
+@model_routes(
+    router,
+    "POST",
+    "/generate",
+    (
+        "Generate text (one JSON response)",
+        "Generate text with a given model version (one JSON response)",
+    ),
     response_model=GenerateResponse,
     responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
     openapi_extra=GENERATE_REQUEST_BODY,
@@ -92,16 +91,14 @@ async def generate(
     return JSONResponse(first)
 
 
-@router.post(
-    "/v2/models/{model_name}/generate_stream",
-    summary="Generate text as Server-Sent Events",
-    response_class=EventSourceResponse,
-    responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
-    openapi_extra=STREAM_REQUEST_BODY,
-)
-@router.post(
-    "/v2/models/{model_name}/versions/{model_version}/generate_stream",
-    summary="Generate text with a given model version as Server-Sent Events",
+@model_routes(
+    router,
+    "POST",
+    "/generate_stream",
+    (
+        "Generate text as Server-Sent Events",
+        "Generate text with a given model version as Server-Sent Events",
+    ),
     response_class=EventSourceResponse,
     responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
     openapi_extra=STREAM_REQUEST_BODY,
@@ -212,15 +209,14 @@ def accepts_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-@router.post(
-    "/v2/models/{model_name}/infer",
-    summary="KServe inference: refused, as Triton does for its vLLM models (use generate)",
-    response_class=Response,
-    responses=INFER_RESPONSES,
-)
-@router.post(
-    "/v2/models/{model_name}/versions/{model_version}/infer",
-    summary="KServe inference of a model version: refused (use generate)",
+@model_routes(
+    router,
+    "POST",
+    "/infer",
+    (
+        "KServe inference: refused, as Triton does for its vLLM models (use generate)",
+        "KServe inference of a model version: refused (use generate)",
+    ),
     response_class=Response,
     responses=INFER_RESPONSES,
 )

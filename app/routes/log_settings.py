@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from app.errors import InvalidRequestError
 from app.http.dependencies import RuntimeDep
+from app.routes.bodies import settings_object
 from app.routes.openapi_examples import error_response
 from app.security.restrictions import ApiGroup, api_group
 from app.triton.logging_settings import (
@@ -91,14 +91,7 @@ async def change_log_settings(request: Request, runtime: RuntimeDep) -> dict[str
 def parse_change(body: bytes) -> LogSettingsChange:
     """A JSON object of settings (an empty body changes nothing), checked as Triton checks it;
     unknown names are ignored, as Triton does."""
-    if not body.strip():
-        return LogSettingsChange()
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidRequestError(f"failed to parse the request JSON buffer: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object of log settings")
+    data = settings_object(body, "log")
     if data.get("log_file") is not None:
         refuse_log_file()
     log_format = typed(data, "log_format", str, NOT_STRING)

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from app.http.dependencies import RegistryDep
+from app.routes.model_routes import model_routes
 from app.routes.openapi_examples import MODEL_CONFIG_RESPONSE, NOT_FOUND, READY_RESPONSES
 from app.schemas.kserve import ModelMetadata, ServerMetadata
 from app.security.restrictions import ApiGroup, api_group
@@ -23,15 +24,11 @@ async def server_metadata() -> dict[str, Any]:
     return triton_server_metadata()
 
 
-@router.get(
-    "/v2/models/{model_name}",
-    summary="Model metadata",
-    response_model=ModelMetadata,
-    responses=NOT_FOUND,
-)
-@router.get(
-    "/v2/models/{model_name}/versions/{model_version}",
-    summary="Model metadata of one version",
+@model_routes(
+    router,
+    "GET",
+    "",
+    ("Model metadata", "Model metadata of one version"),
     response_model=ModelMetadata,
     responses=NOT_FOUND,
 )
@@ -44,15 +41,11 @@ async def model_metadata(
     return metadata_json(model_name, [served.version] if model_version else versions, served.spec)
 
 
-@router.get(
-    "/v2/models/{model_name}/ready",
-    summary="Is the model ready",
-    responses={**READY_RESPONSES, **NOT_FOUND},
-    response_class=Response,
-)
-@router.get(
-    "/v2/models/{model_name}/versions/{model_version}/ready",
-    summary="Is this model version ready",
+@model_routes(
+    router,
+    "GET",
+    "/ready",
+    ("Is the model ready", "Is this model version ready"),
     responses={**READY_RESPONSES, **NOT_FOUND},
     response_class=Response,
 )
@@ -64,14 +57,11 @@ async def model_ready(
     return Response(status_code=200 if served.is_ready else 503)
 
 
-@router.get(
-    "/v2/models/{model_name}/config",
-    summary="Model configuration",
-    responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
-)
-@router.get(
-    "/v2/models/{model_name}/versions/{model_version}/config",
-    summary="Model configuration of one version",
+@model_routes(
+    router,
+    "GET",
+    "/config",
+    ("Model configuration", "Model configuration of one version"),
     responses={200: MODEL_CONFIG_RESPONSE, **NOT_FOUND},
 )
 @api_group(ApiGroup.MODEL_CONFIG)

@@ -49,24 +49,26 @@ async def open_responses(
             model.version,
             body.text_input,
         )
-    accepted = asyncio.get_running_loop().create_future()
+    engine_accepted = asyncio.get_running_loop().create_future()
     triton = triton_request(body, model, policy, context.generation.limits)
     request = triton.generation
     request.instance_pin = context.request.headers.get(PIN_HEADER)
     if request.stream:
 
         def accept() -> None:
-            if not accepted.done():
-                accepted.set_result(None)
+            if not engine_accepted.done():
+                engine_accepted.set_result(None)
 
         request = dataclasses.replace(request, on_accepted=accept)
     builder = ResponseBuilder(triton, model.name, model.version)
-    responses = built(
+    responses = backend_responses(
         builder, context.generation.generate(model, request, context.log), context.log
     )
     first = asyncio.ensure_future(anext(responses))
     try:
-        await until_disconnect(context.request, either(first, accepted))
+        await until_disconnect(
+            context.request, first_response_or_acceptance(first, engine_accepted)
+        )
     except ClientDisconnected:
         await close(first, responses)
         return None
@@ -75,18 +77,20 @@ async def open_responses(
         raise
     if first.done():
         return first.result(), responses
-    return None, continued(first, responses)
+    return None, first_then_rest(first, responses)
 
 
-async def either(first: asyncio.Future[Any], accepted: asyncio.Future[None]) -> None:
+async def first_response_or_acceptance(
+    first: asyncio.Future[Any], engine_accepted: asyncio.Future[None]
+) -> None:
     """Wait for the first response or the engine's acceptance; the first response's error is
     raised here."""
-    await asyncio.wait({first, accepted}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({first, engine_accepted}, return_when=asyncio.FIRST_COMPLETED)
     if first.done():
         first.result()
 
 
-async def continued(first: asyncio.Future[dict[str, Any]], rest: Responses) -> Responses:
+async def first_then_rest(first: asyncio.Future[dict[str, Any]], rest: Responses) -> Responses:
     """The first response (still on its way when the stream started), then the rest."""
     try:
         yield await first
@@ -104,7 +108,7 @@ async def close(first: asyncio.Future[Any], responses: Responses) -> None:
     await responses.aclose()
 
 
-async def built(
+async def backend_responses(
     builder: ResponseBuilder, chunks: AsyncGenerator[GenerationChunk, None], log: RequestLog | None
 ) -> Responses:
     """The backend's response for each chunk; closing this closes (aborts) the chunks. A

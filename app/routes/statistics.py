@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.http.dependencies import RuntimeDep
+from app.routes.model_routes import model_routes
 from app.routes.openapi_examples import error_response
 from app.security.restrictions import ApiGroup, api_group
 from app.triton.statistics import statistics_json
@@ -66,14 +67,11 @@ async def all_statistics(runtime: RuntimeDep) -> dict[str, Any]:
     return statistics_json(runtime.registry, runtime.statistics)
 
 
-@router.get(
-    "/v2/models/{model_name}/stats",
-    summary="Statistics of a model's ready versions",
-    responses={200: STATISTICS_RESPONSE, **NOT_AVAILABLE},
-)
-@router.get(
-    "/v2/models/{model_name}/versions/{model_version}/stats",
-    summary="Statistics of one model version",
+@model_routes(
+    router,
+    "GET",
+    "/stats",
+    ("Statistics of a model's ready versions", "Statistics of one model version"),
     responses={200: STATISTICS_RESPONSE, **NOT_AVAILABLE},
 )
 @api_group(ApiGroup.STATISTICS)

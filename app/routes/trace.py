@@ -4,16 +4,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
-from app.errors import InvalidRequestError
 from app.http.dependencies import RuntimeDep
+from app.routes.bodies import settings_object
 from app.routes.openapi_examples import error_response
 from app.security.restrictions import ApiGroup, api_group
-from app.triton.trace_settings import (
+from app.triton.trace_extension import (
     FILE_REFUSAL,
     check_model,
     http_answer,
@@ -115,21 +114,8 @@ async def answer(runtime: RuntimeDep, model: str, body: bytes | None) -> dict[st
     settings = settings_of(runtime.trace_settings)
     check_model(runtime.registry, model)
     if body is not None:
-        change = http_change(parse_body(body))
+        change = http_change(settings_object(body, "trace"))
         settings.update(model, change)
         if runtime.group is not None:
             await runtime.group.share_trace_setting(model, change)
     return http_answer(settings, model)
-
-
-def parse_body(body: bytes) -> dict[str, Any]:
-    """The JSON object of settings (an empty body changes nothing)."""
-    if not body.strip():
-        return {}
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidRequestError(f"failed to parse the request JSON buffer: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequestError("the request body must be a JSON object of trace settings")
-    return data

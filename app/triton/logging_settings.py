@@ -52,12 +52,12 @@ def current_settings(control: LogControl = LOG_CONTROL) -> dict[str, Any]:
 def apply_change(change: LogSettingsChange, control: LogControl = LOG_CONTROL) -> dict[str, Any]:
     """Apply every setting the change gives (all of them or, on a bad request, none), then
     answer every setting."""
-    given = {
+    requested = {
         "info": change.info,
         "warning": change.warning,
         "error": change.error,
         "verbose": change.verbose,
         "format": change.format,
     }
-    control.update(**{key: value for key, value in given.items() if value is not None})
+    control.update(**{key: value for key, value in requested.items() if value is not None})
     return current_settings(control)

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import tritonclient.grpc as triton_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from app.grpc.server import GrpcOptions, GrpcServer
@@ -129,6 +130,32 @@ def test_repository_index_load_and_unload(client: triton_grpc.InferenceServerCli
     [entry] = [m for m in client.get_model_repository_index().models if m.name == "other"]
     assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
     assert status_of(client.load_model, "missing")[0] == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_a_named_repository_is_unimplemented(served: GrpcApp) -> None:
+    """Triton's answer to each repository call naming a repository; nothing is loaded."""
+    requests = [
+        ("RepositoryIndex", service_pb2.RepositoryIndexRequest(repository_name="r")),
+        (
+            "RepositoryModelLoad",
+            service_pb2.RepositoryModelLoadRequest(repository_name="r", model_name="other"),
+        ),
+        (
+            "RepositoryModelUnload",
+            service_pb2.RepositoryModelUnloadRequest(repository_name="r", model_name="fake"),
+        ),
+    ]
+    with grpc.insecure_channel(served.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for method, request in requests:
+            with pytest.raises(grpc.RpcError) as refused:
+                getattr(stub, method)(request)
+            assert (refused.value.code(), refused.value.details()) == (
+                grpc.StatusCode.UNIMPLEMENTED,
+                "'repository_name' specification is not supported",
+            )
+        ready = stub.ModelReady(service_pb2.ModelReadyRequest(name="fake")).ready
+    assert ready
 
 
 def test_load_takes_tritons_overrides(client: triton_grpc.InferenceServerClient) -> None:

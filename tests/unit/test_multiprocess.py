@@ -23,8 +23,8 @@ from app.launch.frontend_group import core_host, run_frontend_process
 from app.multiprocess.channel import Channel, ChannelClosed, RemoteError
 from app.multiprocess.cores import EngineCores
 from app.multiprocess.link import FrontendProcessLink, decode_override, encode_override
+from app.multiprocess.link_calls import LinkCall
 from app.multiprocess.metrics import merge_expositions
-from app.multiprocess.ops import Op
 from app.multiprocess.supervisor import Supervisor
 from app.multiprocess.supervisor import core_key as supervisor_core_key
 from app.observability.log_control import LOG_CONTROL
@@ -252,10 +252,10 @@ async def test_a_gather_leaves_out_a_frontend_process_gone_but_fails_on_one_that
     supervisor = Supervisor.__new__(Supervisor)
     channels = {0: Answering("a"), 1: Answering(ChannelClosed("metrics"))}
     monkeypatch.setattr(supervisor, "_channels", channels, raising=False)
-    assert await supervisor._gather(Op.METRICS) == ["a"]
+    assert await supervisor._gather(LinkCall.METRICS) == ["a"]
     channels[2] = Answering(RemoteError("AttributeError", "no get_num_unfinished_requests"))
     with pytest.raises(RemoteError, match="no get_num_unfinished_requests"):
-        await supervisor._gather(Op.METRICS)
+        await supervisor._gather(LinkCall.METRICS)
 
 
 async def test_a_frontend_process_answers_a_failed_gather_of_metrics_with_a_server_error(

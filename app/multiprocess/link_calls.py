@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class Op(str, enum.Enum):
+class LinkCall(str, enum.Enum):
     """What one side of the link asks of the other. A frontend process asks the supervisor to
     `HELLO` (join), `READY`, `ACQUIRE` and `RELEASE` engine cores, `GATHER` every frontend
     process's answer to a call or `SHARE` a change with the others; the supervisor asks the
