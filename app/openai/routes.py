@@ -21,6 +21,7 @@ from app.openai.examples import (
 )
 from app.openai.models import model_card_for, model_cards
 from app.openai.schemas import ModelCard, ModelList
+from app.security.restrictions import ApiGroup, api_group
 
 PREFIX = "/v1"
 router = APIRouter(prefix=PREFIX, tags=["openai"])
@@ -29,6 +30,7 @@ router = APIRouter(prefix=PREFIX, tags=["openai"])
 @router.get(
     "/models", summary="The models, versions and LoRA adapters served", response_model=ModelList
 )
+@api_group(ApiGroup.MODEL_REPOSITORY)
 async def list_models(registry: RegistryDep) -> dict[str, Any]:
     return {"object": "list", "data": model_cards(registry)}
 
@@ -39,6 +41,7 @@ async def list_models(registry: RegistryDep) -> dict[str, Any]:
     response_model=ModelCard,
     responses=NOT_FOUND,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY)
 async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]:
     return model_card_for(registry, model_id)
 
@@ -50,6 +53,7 @@ async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]
     responses=COMPLETION_RESPONSES,
     openapi_extra=COMPLETION_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def completions(
     request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
 ) -> Response:
@@ -63,6 +67,7 @@ async def completions(
     responses=CHAT_RESPONSES,
     openapi_extra=CHAT_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def chat_completions(
     request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
 ) -> Response:
@@ -79,6 +84,7 @@ async def chat_completions(
     responses=RESPONSE_RESPONSES,
     openapi_extra=RESPONSE_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def create_response(
     request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
 ) -> Response:
@@ -92,10 +98,12 @@ NOT_STORED = (
 
 
 @router.get("/responses/{response_id}", include_in_schema=False)
+@api_group(ApiGroup.INFERENCE)
 async def retrieve_response(response_id: str) -> Response:
     raise ModelNotFoundError(NOT_STORED.format(response_id[:256]), param="response_id")
 
 
 @router.post("/responses/{response_id}/cancel", include_in_schema=False)
+@api_group(ApiGroup.INFERENCE)
 async def cancel_response(response_id: str) -> Response:
     raise ModelNotFoundError(NOT_STORED.format(response_id[:256]), param="response_id")

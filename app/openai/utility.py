@@ -3,7 +3,7 @@
 VLLM_ALLOW_RUNTIME_LORA_UPDATING `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`.
 
 Restricted API groups: /ping is `health`, /version `metadata`, /tokenize and /detokenize
-`inference`, the LoRA routes `model-repository` (app/http/api_groups.py)."""
+`inference`, the LoRA routes `model-repository` (each declares it: `api_group`)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from app.openai.utility_examples import (
     VERSION_RESPONSES,
 )
 from app.repository.registry import ModelRegistry
+from app.security.restrictions import ApiGroup, api_group
 
 SEVERAL_PROCESSES = "runtime LoRA adapters need FRONTEND_PROCESSES=1"
 router = APIRouter()
@@ -51,6 +52,7 @@ lora_router = APIRouter(prefix="/v1", tags=["openai"])
     summary="Can every engine serve (vLLM's ping)",
     response_class=Response,
 )
+@api_group(ApiGroup.HEALTH)
 async def ping(registry: RegistryDep) -> Response:
     """200 while every loaded model's engine can serve, else 503 (as GET /health)."""
     healthy = registry.is_live and all(model.is_healthy for model in registry)
@@ -63,6 +65,7 @@ async def ping(registry: RegistryDep) -> Response:
     summary="The vLLM release serving the models",
     responses=VERSION_RESPONSES,
 )
+@api_group(ApiGroup.METADATA)
 async def version() -> dict[str, str]:
     return {"version": vllm_version()}
 
@@ -74,6 +77,7 @@ async def version() -> dict[str, str]:
     responses=TOKENIZE_RESPONSES,
     openapi_extra=TOKENIZE_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def tokenize(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
     body = await read_body(request)
     target = target_of(registry, body)
@@ -87,6 +91,7 @@ async def tokenize(request: Request, registry: RegistryDep, log: RequestLogDep) 
     responses=DETOKENIZE_RESPONSES,
     openapi_extra=DETOKENIZE_BODY,
 )
+@api_group(ApiGroup.INFERENCE)
 async def detokenize(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
     body = await read_body(request)
     target = target_of(registry, body)
@@ -100,6 +105,7 @@ async def detokenize(request: Request, registry: RegistryDep, log: RequestLogDep
     responses=LOAD_RESPONSES,
     openapi_extra=LOAD_BODY,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY, changes_state=True)
 async def load_lora_adapter(
     request: Request, registry: RegistryDep, log: RequestLogDep
 ) -> Response:
@@ -119,6 +125,7 @@ async def load_lora_adapter(
     response_class=Response,
     responses=UNLOAD_RESPONSES,
 )
+@api_group(ApiGroup.MODEL_REPOSITORY, changes_state=True)
 async def unload_lora_adapter(
     request: Request, registry: RegistryDep, log: RequestLogDep
 ) -> Response:
@@ -164,6 +171,7 @@ def refuse_runtime_lora(reason: str) -> APIRouter:
     """The LoRA routes answering 501 with `reason` (where adapters cannot be loaded at run time)."""
     refusing = APIRouter(prefix="/v1", tags=["openai"])
 
+    @api_group(ApiGroup.MODEL_REPOSITORY, changes_state=True)
     async def refuse() -> Response:
         raise NotSupportedError(reason)
 

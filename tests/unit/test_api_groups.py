@@ -140,6 +140,8 @@ HTTP_GROUPS: list[tuple[str, str, ApiGroup | None, bool]] = [
     ],
     *[("POST", path, G.INFERENCE, False) for path in ("/tokenize", "/detokenize")],
     *[("POST", f"/v1/{path}", G.INFERENCE, False) for path in ("completions", "chat/completions")],
+    *[("POST", path, G.INFERENCE, False) for path in ("/v1/responses", "/v1/responses/r/cancel")],
+    ("GET", "/v1/responses/r", G.INFERENCE, False),
     *[("GET", path, None, False) for path in ("/", "/docs", "/redoc", "/docs/oauth2-redirect")],
     *[("GET", path, None, False) for path in ("/metrics", "/openapi.json", "/static/x.js")],
 ]
