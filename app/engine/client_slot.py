@@ -17,6 +17,10 @@ class ClientSlot:
     output_address: str
     count: int
     index: int
+    load_board: str = ""
+    """The file of the core's load reports, shared by its clients (app/core/load_view.py)."""
+    kv_events_address: str = ""
+    """Where the core publishes its KV-cache events ("" where it does not)."""
 
     def client_addresses(self) -> dict[str, str]:
         return {"input_address": self.input_address, "output_address": self.output_address}

@@ -24,7 +24,9 @@ from vllm.v1.engine.core import EngineCoreProc
 from vllm.v1.engine.utils import EngineZmqAddresses, launch_core_engines
 from vllm.v1.executor import Executor
 
+from app.core.load_view import LoadBoard
 from app.engine.client_slot import ClientSlot
+from app.engine.kv_events import SHARED_CORE_EVENTS, with_kv_events
 from app.engine.placement import placed
 from app.engine.processes import engine_processes_of, kill_survivors
 from app.repository.layout import ModelSpec
@@ -57,12 +59,18 @@ class EngineCoreHost:
         self._manager: Any = None
         self._processes: list[Any] = []
         token = uuid.uuid4().hex[:12]
+        self._board = run_dir / f"{token}-load"
+        LoadBoard.create_file(self._board)
+        events = spec.engine_args.get("kv_events_config") == SHARED_CORE_EVENTS
+        self._events = f"ipc://{run_dir}/{token}-kv" if events else ""
         self.slots = [
             ClientSlot(
                 input_address=f"ipc://{run_dir}/{token}-in-{index}",
                 output_address=f"ipc://{run_dir}/{token}-out-{index}",
                 count=count,
                 index=index,
+                load_board=str(self._board),
+                kv_events_address=self._events,
             )
             for index in range(count)
         ]
@@ -74,8 +82,11 @@ class EngineCoreHost:
             self._launch()
 
     def _launch(self) -> None:
-        config = shared_engine_config(self.spec.engine_args, self.count, CORE_RANK)
-        log_stats = not AsyncEngineArgs(**self.spec.engine_args).disable_log_stats
+        engine_args = self.spec.engine_args
+        if self._events:
+            engine_args = with_kv_events(engine_args, self._events)
+        config = shared_engine_config(engine_args, self.count, CORE_RANK)
+        log_stats = not AsyncEngineArgs(**engine_args).disable_log_stats
         addresses = EngineZmqAddresses(
             inputs=[slot.input_address for slot in self.slots],
             outputs=[slot.output_address for slot in self.slots],
@@ -116,3 +127,6 @@ class EngineCoreHost:
         for slot in self.slots:
             for address in (slot.input_address, slot.output_address):
                 Path(address.removeprefix("ipc://")).unlink(missing_ok=True)
+        if self._events:
+            Path(self._events.removeprefix("ipc://")).unlink(missing_ok=True)
+        self._board.unlink(missing_ok=True)

@@ -1,11 +1,11 @@
 """A model of two CPU instances (`instance_group [{ kind: KIND_CPU count: 2 }]`) against the
 real engine, on one server of its own: two engine cores, each on its own core; both serve
-(prefix-aware routing keeps each of 8 long prefixes on the instance that holds it in its
-prefix cache, least-loaded routing spreads unrelated requests); greedy text equal to the
+(cache-aware routing keeps each of 8 long prefixes on the instance whose KV cache holds it,
+as the engine's KV events tell, and spreads unrelated requests by load); greedy text equal to the
 one-engine session server's; a SIGKILLed instance heals while the other serves; a reload
 starts two engines beside the old ones, and an unload drains and stops both.
 
-The tests run in order on the module's server (prefix routing, the pin header allowed)."""
+The tests run in order on the module's server (cache-aware routing, the pin header allowed)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ GREEDY = {
 }
 CONFIG = """backend: "vllm"
 instance_group [ { kind: KIND_CPU count: 2 } ]
-parameters: { key: "INSTANCE_ROUTING" value: { string_value: "prefix" } }
+parameters: { key: "INSTANCE_ROUTING" value: { string_value: "cache_aware" } }
 parameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }
 parameters: { key: "APPLY_CHAT_TEMPLATE" value: { string_value: "true" } }
 """
@@ -60,7 +60,7 @@ CACHE_BLOCK = 128
 
 def long_prefix(topic: str) -> str:
     """A distinct text of some 350 words about `topic` (its first words differ from the
-    other prefixes', which routing hashes)."""
+    other prefixes')."""
     rng = random.Random(topic)
     words = [rng.choice(WORDS) for _ in range(340)]
     return f"Notes on {topic}, chapter {len(topic)}: " + " ".join(words) + "."
@@ -150,7 +150,7 @@ def test_two_engine_cores_each_on_its_core_give_the_one_engine_servers_text(
     assert "x-triton-instance: model 'smollm2' has instances 0 to 1" in response.json()["error"]
 
 
-def test_prefix_routing_keeps_each_prefix_on_the_instance_that_caches_it(
+def test_cache_aware_routing_keeps_each_prefix_on_the_instance_that_caches_it(
     http: httpx.Client,
 ) -> None:
     holders = []
