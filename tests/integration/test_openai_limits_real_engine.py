@@ -1,5 +1,6 @@
 """The OpenAI API's API keys, overload, timeouts and hostile input against the real engine, on a
-server of its own: API_KEYS, MAX_PENDING_REQUESTS=2, REQUEST_TIMEOUT_SECONDS=3, MAX_N=4."""
+server of its own: API_KEYS, MAX_PENDING_REQUESTS=2, REQUEST_TIMEOUT_SECONDS=3, MAX_N=4; and
+MAX_TOKENS_LIMIT on the session's limited server (MAX_TOKENS_LIMIT=2)."""
 
 from __future__ import annotations
 
@@ -106,6 +107,43 @@ def test_timeout_is_504_or_a_last_error_event(limited: RunningServer) -> None:
     assert "Traceback" not in limited.log_path.read_text(errors="replace")
 
 
+def test_a_response_past_the_timeout_ends_with_an_error_event(limited: RunningServer) -> None:
+    url = f"{limited.base_url}/v1/responses"
+    body = {"model": MODEL, "input": "Tell me a story", "max_output_tokens": 2000}
+    long = {**body, "ignore_eos": True}
+    assert openai_error(httpx.post(url, json=long, headers=AUTH, timeout=30), 504)["code"] == 504
+    settle(limited.base_url)
+    response = httpx.post(url, json={**long, "stream": True}, headers=AUTH, timeout=30)
+    parts = [part.split("\n") for part in response.text.split("\n\n") if part]
+    names = [name.removeprefix("event: ") for name, _ in parts]
+    assert names[0] == "response.created" and names.count("response.output_text.delta") > 5
+    assert names[-1] == "error" and "response.completed" not in names
+    error = json.loads(parts[-1][1].removeprefix("data: "))
+    assert error["code"] == "GatewayTimeoutError" and error["sequence_number"] == len(parts) - 1
+    assert error["message"] == "Request timed out after 3 s and was aborted"
+    settle(limited.base_url)
+
+
+def test_max_output_tokens_is_bounded_by_the_limit(limited_server: RunningServer) -> None:
+    """MAX_TOKENS_LIMIT=2: above it is a 400 naming the field; unset, the limit."""
+    with openai.OpenAI(
+        base_url=f"{limited_server.base_url}/v1", api_key="none", max_retries=0, timeout=120
+    ) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model=MODEL, input="Hi", max_output_tokens=3)
+        assert body_of(refused.value) == {
+            "message": "max_output_tokens: 3 is above this server's limit of 2",
+            "type": "BadRequestError",
+            "param": "max_output_tokens",
+            "code": 400,
+        }
+        answer = client.responses.create(
+            model=MODEL, input="Tell me a story", extra_body={"ignore_eos": True}
+        )
+    assert answer.max_output_tokens == 2 and answer.usage is not None
+    assert answer.usage.output_tokens == 2
+
+
 def test_server_limits_name_the_field(limited: RunningServer) -> None:
     url = f"{limited.base_url}/v1/chat/completions"
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 5}
@@ -117,12 +155,13 @@ def short(body: object) -> None:
     timeout (whose 504 is the server's policy, not a failure)."""
     if not isinstance(body, dict):
         return
-    for key in ("max_tokens", "max_completion_tokens"):
+    keys = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+    for key in keys:
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 8:
             body[key] = 8
-    if "max_tokens" not in body and "max_completion_tokens" not in body:
-        body["max_tokens"] = 8
+    if not any(key in body for key in keys):
+        body["max_output_tokens" if "input" in body else "max_tokens"] = 8
 
 
 def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
@@ -135,7 +174,7 @@ def test_schemathesis_over_the_v1_operations(limited: RunningServer) -> None:
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result
         operations.append(result.ok())
-    assert len(operations) == 4
+    assert len(operations) == 5
     for operation in operations:
 
         @given(case=operation.as_strategy())
