@@ -21,8 +21,8 @@ from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.openai_bodies import parse
 from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
-from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
 from app.engine.openai_engine_client import EngineRequests, GuardedEngineClient
+from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
 from app.engine.openai_serving import as_server_error
 from app.engine.vllm_engine import VllmEngine
 from app.errors import (
@@ -344,7 +344,9 @@ JSON_GRAMMAR = StructuredOutputsParams(json={"type": "object"})
 async def test_a_refused_grammar_never_reaches_the_engine(
     monkeypatch: pytest.MonkeyPatch, kind: RequestOutputKind
 ) -> None:
-    monkeypatch.setattr("app.engine.openai_engine_client.grammar_check", lambda llm: RefusingCheck())
+    monkeypatch.setattr(
+        "app.engine.openai_engine_client.grammar_check", lambda llm: RefusingCheck()
+    )
     llm, guard = FakeLLM(), RequestGuard("admitted", RequestLimits())
     client = GuardedEngineClient(llm, guard, {})
     outputs = client.generate(
