@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from typing import Any
 
+import grpc
 import httpx
+import requests
+
+from tests.fuzz.bodies import Request
+from tests.fuzz.grpc_requests import Draw
+from tests.fuzz.report import REPORT
+
+FINAL = "triton_final_response"
 
 
 def without_binary(schema: Any) -> Any:
@@ -45,3 +55,88 @@ def stream_statuses(http_url: str) -> dict[str, float]:
     for metric, code, value in re.findall(pattern, text, re.MULTILINE):
         found[f"{metric}:{code}"] = found.get(f"{metric}:{code}", 0) + float(value)
     return found
+
+
+def stream_error(text: str) -> str | None:
+    """The first event of an event stream that is an error (Triton's `{"error": "..."}`,
+    OpenAI's `{"error": {...}}` or `{"object": "error"}`), as sent."""
+    for line in text.splitlines():
+        data = line.removeprefix("data:").strip()
+        if not line.startswith("data:") or not data.startswith("{"):
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and ("error" in event or event.get("object") == "error"):
+            return data
+    return None
+
+
+def outcome(response: requests.Response) -> str:
+    """The kind of answer: its status class, and whether a stream's events hold an error."""
+    kind = f"{response.status_code // 100}xx"
+    streamed = "text/event-stream" in content_type(response)
+    if response.status_code < 300 and streamed and stream_error(response.text):
+        kind += " with an error event"
+    return kind
+
+
+def send(
+    session: requests.Session, base: str, request: Request, prefix: str, slow: float
+) -> requests.Response:
+    """Send `request`, count its answer under `prefix` + its route and under its family;
+    fail on a 5xx, an answer slower than `slow`, an error out of its protocol's shape, or a
+    request that must be refused (a lone surrogate) and was not, with a 400."""
+    started = time.perf_counter()
+    response = session.request(
+        request.method, request.url(base), timeout=2 * slow, **request.arguments()
+    )
+    seconds = time.perf_counter() - started
+    REPORT.record(prefix + request.route, response.status_code, seconds, slow, request.family)
+    assert error_shape_holds(request.path, response), (response.status_code, response.text[:300])
+    if request.refused:
+        assert response.status_code == 400, (request, response.status_code, response.text[:300])
+    return response
+
+
+def send_with_twin(
+    session: requests.Session, base: str, request: Request, prefix: str, slow: float
+) -> None:
+    """Send `request`, and its twin if it has one: the same body in the other streaming mode,
+    whose answer must be of the same kind (a 400 is a 400 both ways, not a 200 whose stream
+    ends in an error event); a mismatch is counted in the report, and fails."""
+    response = send(session, base, request, prefix, slow)
+    if request.twin is None:
+        return
+    twin = send(session, base, request.twin, prefix, slow)
+    mismatch = None
+    if outcome(response) != outcome(twin):
+        mismatch = (
+            f"{prefix}{request.route}: {outcome(response)} {response.text[:200]!r}; its twin "
+            f"{request.twin.route}: {outcome(twin)} {twin.text[:200]!r}; {request!r}"
+        )
+    REPORT.parity(mismatch)
+    assert mismatch is None, mismatch
+
+
+def stream_infer(stub: Any, draw: Draw, route: str, slow: float, max_bytes: int) -> None:
+    """One ModelStreamInfer call of `draw`'s message, counted under `route` and its family:
+    it gets its responses (an error among them if it must be refused) and a final response,
+    or, for a message over the server's `max_bytes`, RESOURCE_EXHAUSTED."""
+    started = time.perf_counter()
+    try:
+        responses = list(stub.ModelStreamInfer(iter([draw.message]), timeout=2 * slow))
+    except grpc.RpcError as error:
+        code = error.code().name
+        REPORT.record(route, code, time.perf_counter() - started, slow, draw.family)
+        assert code == "RESOURCE_EXHAUSTED" and draw.message.ByteSize() > max_bytes, (code, draw)
+        return
+    refused = any(response.error_message for response in responses)
+    seconds = time.perf_counter() - started
+    REPORT.record(route, "error" if refused else "OK", seconds, slow, draw.family)
+    assert responses, "every request gets a response"
+    last = responses[-1]
+    assert last.infer_response.parameters[FINAL].bool_param, last
+    assert all(r.infer_response.id == draw.message.id for r in responses)
+    assert refused or not draw.refused, (draw, responses[0])

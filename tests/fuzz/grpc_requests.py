@@ -1,17 +1,39 @@
 """Hypothesis strategies for `ModelInferRequest` messages: the backend's inputs and others,
 every KServe datatype and some that are none, shapes past any size, BYTES tensors whose
-length prefixes lie, typed contents beside raw ones, and request parameters of every kind."""
+length prefixes lie, typed contents beside raw ones, and request parameters of every kind
+(half of the requests); the families of tests/fuzz/families.py in well-formed requests of
+the served model (a sixth each)."""
 
 from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
-from tests.fuzz.strategies import EDGE_INTEGERS, EDGE_TEXT, sampling_values, structured_outputs
+from tests.fuzz.families import (
+    FAMILIES,
+    HUGE_GRAMMARS,
+    LONG_LIST_SAMPLING,
+    LONG_LISTS,
+    LONG_TEXTS,
+    PROMPT_LISTS,
+    SURROGATE_SAMPLING,
+    SURROGATE_TEXTS,
+    SURROGATES,
+    VLLM_GRAMMARS,
+)
+from tests.fuzz.mixing import EDGE_VALUES, weighted
+from tests.fuzz.strategies import (
+    EDGE_INTEGERS,
+    EDGE_TEXT,
+    PROMPTS,
+    sampling_values,
+    structured_outputs,
+)
 
 INPUT_NAMES = [
     "text_input", "stream", "sampling_parameters", "exclude_input_in_output",
@@ -125,7 +147,7 @@ def extra_tensors() -> st.SearchStrategy[list[dict[str, Any]]]:
     return st.one_of(st.just([]), sampling.map(lambda t: [t]), st.lists(tensor(), max_size=4))
 
 
-def model_infer_requests(model: str = "fake") -> st.SearchStrategy[service_pb2.ModelInferRequest]:
+def edge_requests(model: str) -> st.SearchStrategy[service_pb2.ModelInferRequest]:
     """Mostly the served model with its text input (so that many reach the engine)."""
     text_input = st.builds(
         lambda text: {"name": "text_input", "datatype": "BYTES", "shape": [1],
@@ -146,3 +168,86 @@ def model_infer_requests(model: str = "fake") -> st.SearchStrategy[service_pb2.M
         }
     )
     return parts.map(build)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A message, its family, and whether it must be refused (a lone surrogate)."""
+
+    message: service_pb2.ModelInferRequest
+    family: str = EDGE_VALUES
+    refused: bool = False
+
+    def __repr__(self) -> str:
+        shown = str(self.message)
+        shown = shown if len(shown) < 600 else f"{shown[:600]}... ({len(shown)} characters)"
+        return f"Draw({self.family}, refused={self.refused}, {shown})"
+
+
+def bytes_tensor(name: str, texts: list[str]) -> dict[str, Any]:
+    """A BYTES tensor of `texts` (as UTF-8, lone surrogates as their bytes would be)."""
+    return {"name": name, "datatype": "BYTES", "shape": [len(texts)],
+            "contents": (texts, length_prefixed(texts)), "typed": False, "flag": False}  # fmt: skip
+
+
+def family_request(
+    model: str,
+    texts: list[str],
+    sampling: dict[str, Any] | None,
+    parameters: dict[str, Any],
+    raw: bool,
+) -> service_pb2.ModelInferRequest:
+    """The served model's request: `texts` as text_input, `sampling` as the
+    sampling_parameters tensor's JSON text (ASCII: lone surrogates as escapes), `parameters`
+    as string request parameters."""
+    tensors = [bytes_tensor("text_input", texts)]
+    if sampling is not None:
+        tensors.append(bytes_tensor("sampling_parameters", [json.dumps(sampling)]))
+    return build(
+        {"model": model, "version": "", "id": "family", "raw": raw, "tensors": tensors,
+         "parameters": {key: ("string_param", value) for key, value in parameters.items()},
+         "outputs": []}
+    )  # fmt: skip
+
+
+def family_draws(model: str) -> tuple[st.SearchStrategy[Draw], ...]:
+    """Well-formed requests of the served model for each family."""
+    texts = st.one_of(PROMPTS.map(lambda text: [text]), LONG_TEXTS.map(lambda text: [text]),
+                      PROMPT_LISTS)  # fmt: skip
+    one = PROMPTS.map(lambda text: [text])
+    as_text = st.builds(lambda values: {k: json.dumps(v) for k, v in values.items()},
+                        VLLM_GRAMMARS)  # fmt: skip
+    long_lists = st.builds(
+        family_request,
+        st.just(model),
+        texts,
+        st.one_of(st.none(), LONG_LIST_SAMPLING),
+        st.just({}),
+        st.booleans(),
+    )
+    grammars = st.one_of(
+        st.builds(family_request, st.just(model), one, VLLM_GRAMMARS, st.just({}), st.booleans()),
+        st.builds(family_request, st.just(model), one, st.none(), as_text, st.booleans()),
+    )
+    surrogates = st.one_of(
+        st.builds(family_request, st.just(model), SURROGATE_TEXTS.map(lambda text: [text]),
+                  st.none(), st.just({}), st.booleans()),
+        st.builds(family_request, st.just(model), one, SURROGATE_SAMPLING, st.just({}),
+                  st.booleans()),
+        st.builds(family_request, st.just(model), one, st.none(),
+                  SURROGATE_TEXTS.map(lambda text: {"structured_outputs": json.dumps(
+                      {"choice": ["a", text]})}), st.booleans()),
+    )  # fmt: skip
+    return (
+        long_lists.map(lambda message: Draw(message, LONG_LISTS)),
+        grammars.map(lambda message: Draw(message, HUGE_GRAMMARS)),
+        surrogates.map(lambda message: Draw(message, SURROGATES, refused=True)),
+    )
+
+
+def model_infer_requests(model: str = "fake", only: str | None = None) -> st.SearchStrategy[Draw]:
+    """Edge values half of the time, each family a sixth (`only`: that family alone)."""
+    edge = edge_requests(model).map(Draw)
+    if only is None:
+        return weighted(edge, edge, edge, *family_draws(model))
+    return dict(zip(FAMILIES, family_draws(model), strict=True))[only]

@@ -33,53 +33,101 @@ class RouteCounts:
     inputs: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     slowest: float = 0.0
+    routes: Counter[str] = field(default_factory=Counter)
+    """A family's inputs per route."""
 
 
 @dataclass
 class FuzzReport:
     routes: dict[str, RouteCounts] = field(default_factory=dict)
+    families: dict[str, RouteCounts] = field(default_factory=dict)
+    """The same counts per family of inputs (edge values, long strings in lists...)."""
+    pairs: int = 0
+    """Bodies sent both streamed and not (stream parity)."""
+    mismatches: list[str] = field(default_factory=list)
+    """Pairs whose answers were not of the same kind: each a failure."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(
-        self, route: str, status: int | str, seconds: float, slow: float = SLOW_SECONDS
+        self,
+        route: str,
+        status: int | str,
+        seconds: float,
+        slow: float = SLOW_SECONDS,
+        family: str | None = None,
     ) -> None:
         """Count one answer; fail on a server error or an answer slower than `slow`."""
         with self._lock:
-            counts = self.routes.setdefault(route, RouteCounts())
-            counts.inputs += 1
-            counts.statuses[str(status)] += 1
-            counts.slowest = max(counts.slowest, seconds)
+            count_in(self.routes, route, status, seconds)
+            if family is not None:
+                count_in(self.families, family, status, seconds)
+                self.families[family].routes[route] += 1
         assert not (isinstance(status, int) and status >= 500), f"{route}: status {status}"
         assert status not in SERVER_FAULTS, f"{route}: gRPC {status}"
         assert seconds < slow, f"{route}: answered after {seconds:.2f} s"
 
+    def parity(self, mismatch: str | None) -> None:
+        """Count one pair of the same body streamed and not; `mismatch` says how their
+        answers differed (None: they did not)."""
+        with self._lock:
+            self.pairs += 1
+            if mismatch is not None and mismatch not in self.mismatches:
+                self.mismatches.append(mismatch)
+
     def count(self, route: str) -> int:
         return self.routes[route].inputs if route in self.routes else 0
 
+    def count_of_family(self, family: str, route: str) -> int:
+        return self.families[family].routes[route] if family in self.families else 0
+
     def lines(self) -> list[str]:
-        width = max(len(route) for route in self.routes)
-        lines = [f"{'route':<{width}}  {'inputs':>7}  {'slowest':>8}  statuses"]
-        for route, counts in sorted(self.routes.items()):
-            statuses = ", ".join(f"{status}: {n}" for status, n in sorted(counts.statuses.items()))
-            lines.append(
-                f"{route:<{width}}  {counts.inputs:>7}  {counts.slowest * 1000:>6.0f}ms  {statuses}"
-            )
+        lines = table("route", self.routes)
         total = sum(counts.inputs for counts in self.routes.values())
         lines.append(f"{len(self.routes)} routes, {total} inputs (FUZZ_EXAMPLES={EXAMPLES})")
+        if self.families:
+            lines += ["", *table("family", self.families)]
+        lines.append(f"stream parity: {self.pairs} pairs, {len(self.mismatches)} mismatches")
+        lines += [f"  MISMATCH {mismatch}" for mismatch in self.mismatches]
         return lines
 
     def as_json(self) -> dict[str, Any]:
         return {
             "examples_per_route": EXAMPLES,
-            "routes": {
-                route: {
-                    "inputs": c.inputs,
-                    "statuses": dict(c.statuses),
-                    "slowest_ms": round(c.slowest * 1000, 1),
-                }
-                for route, c in sorted(self.routes.items())
-            },
+            "routes": counts_json(self.routes),
+            "families": counts_json(self.families),
+            "stream_parity": {"pairs": self.pairs, "mismatches": self.mismatches},
         }
+
+
+def count_in(table: dict[str, RouteCounts], key: str, status: int | str, seconds: float) -> None:
+    counts = table.setdefault(key, RouteCounts())
+    counts.inputs += 1
+    counts.statuses[str(status)] += 1
+    counts.slowest = max(counts.slowest, seconds)
+
+
+def table(title: str, rows: dict[str, RouteCounts]) -> list[str]:
+    """Inputs, slowest answer and statuses of each row, one line each."""
+    width = max(len(title), *(len(key) for key in rows))
+    lines = [f"{title:<{width}}  {'inputs':>7}  {'slowest':>8}  statuses"]
+    for key, counts in sorted(rows.items()):
+        statuses = ", ".join(f"{status}: {n}" for status, n in sorted(counts.statuses.items()))
+        lines.append(
+            f"{key:<{width}}  {counts.inputs:>7}  {counts.slowest * 1000:>6.0f}ms  {statuses}"
+        )
+    return lines
+
+
+def counts_json(rows: dict[str, RouteCounts]) -> dict[str, Any]:
+    return {
+        key: {
+            "inputs": c.inputs,
+            "statuses": dict(c.statuses),
+            "slowest_ms": round(c.slowest * 1000, 1),
+            **({"routes": dict(sorted(c.routes.items()))} if c.routes else {}),
+        }
+        for key, c in sorted(rows.items())
+    }
 
 
 REPORT = FuzzReport()

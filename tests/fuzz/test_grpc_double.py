@@ -1,6 +1,7 @@
-"""Triton's gRPC inference RPCs with hostile messages (tests/fuzz/grpc_requests.py), over a
-real channel to the server with the engine double: every ModelStreamInfer request gets its
-responses or its error and a final response, no call or request ends INTERNAL or UNKNOWN, no
+"""Triton's gRPC inference RPCs with hostile messages (tests/fuzz/grpc_requests.py: edge
+values and the families of tests/fuzz/families.py), over a real channel to the server with
+the engine double: every ModelStreamInfer request gets its responses or its error (a lone
+surrogate's always) and a final response, no call or request ends INTERNAL or UNKNOWN, no
 answer is slower than the bound while a readiness probe keeps answering, and no engine
 request is left."""
 
@@ -14,18 +15,21 @@ from typing import Any
 import grpc
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 
-from tests.fuzz.checks import stream_statuses
+from tests.fuzz.checks import stream_infer, stream_statuses
 from tests.fuzz.double_server import double_server
-from tests.fuzz.grpc_requests import model_infer_requests
+from tests.fuzz.families import FAMILIES
+from tests.fuzz.grpc_requests import Draw, model_infer_requests
 from tests.fuzz.report import EXAMPLES, REPORT, SERVER_FAULTS, SLOW_SECONDS, requests_left
 from tests.support.probe import readiness_probe
 from tests.support.repository import write_model
 from tests.support.waiting import wait_until
 
-FINAL = "triton_final_response"
-SETTINGS = {"max_tokens_limit": 4, "max_request_body_bytes": 1 << 20}
+MAX_MESSAGE_BYTES = 1 << 20
+SETTINGS = {"max_tokens_limit": 4, "max_request_body_bytes": MAX_MESSAGE_BYTES}
+"""(The largest gRPC message is the body limit too.)"""
+REFUSALS = {"UNIMPLEMENTED", "NOT_FOUND", "INVALID_ARGUMENT", "UNAVAILABLE"}
 HYPOTHESIS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -53,19 +57,10 @@ def stub(served: tuple[str, str]) -> Iterator[Any]:
 def test_model_stream_infer(served: tuple[str, str], stub: Any, fuzz_report: None) -> None:
     http_url, _ = served
 
-    @given(request=model_infer_requests())
+    @given(draw=model_infer_requests())
     @HYPOTHESIS
-    def send(request: service_pb2.ModelInferRequest) -> None:
-        started = time.perf_counter()
-        responses = list(stub.ModelStreamInfer(iter([request]), timeout=60))
-        refused = any(response.error_message for response in responses)
-        REPORT.record(
-            "gRPC ModelStreamInfer", "error" if refused else "OK", time.perf_counter() - started
-        )
-        assert responses, "every request gets a response"
-        last = responses[-1]
-        assert last.infer_response.parameters[FINAL].bool_param, last
-        assert all(r.infer_response.id == request.id for r in responses)
+    def send(draw: Draw) -> None:
+        stream_infer(stub, draw, "gRPC ModelStreamInfer", SLOW_SECONDS, MAX_MESSAGE_BYTES)
 
     with readiness_probe(http_url) as probe:
         send()
@@ -80,20 +75,28 @@ def test_model_infer(served: tuple[str, str], stub: Any, fuzz_report: None) -> N
     status, whatever the message holds."""
     http_url, _ = served
 
-    @given(request=model_infer_requests())
+    @given(draw=model_infer_requests())
     @HYPOTHESIS
-    def send(request: service_pb2.ModelInferRequest) -> None:
+    def send(draw: Draw) -> None:
         started = time.perf_counter()
         try:
-            stub.ModelInfer(request, timeout=60)
+            stub.ModelInfer(draw.message, timeout=60)
             code = "OK"
         except grpc.RpcError as error:
             code = error.code().name
-        REPORT.record("gRPC ModelInfer", code, time.perf_counter() - started)
-        assert code in {"UNIMPLEMENTED", "NOT_FOUND", "INVALID_ARGUMENT", "UNAVAILABLE"}, code
+        REPORT.record("gRPC ModelInfer", code, time.perf_counter() - started, family=draw.family)
+        assert code in REFUSALS or (
+            code == "RESOURCE_EXHAUSTED" and draw.message.ByteSize() > MAX_MESSAGE_BYTES
+        ), code
 
     with readiness_probe(http_url) as probe:
         send()
     assert not probe.failures and probe.worst < SLOW_SECONDS, (probe.worst, probe.failures[:3])
     assert REPORT.count("gRPC ModelInfer") >= EXAMPLES
     assert REPORT.count("gRPC ModelStreamInfer") >= EXAMPLES
+    drawn = {
+        (family, rpc): REPORT.count_of_family(family, f"gRPC {rpc}")
+        for family in FAMILIES
+        for rpc in ("ModelInfer", "ModelStreamInfer")
+    }
+    assert all(drawn.values()), [key for key, count in drawn.items() if not count]

@@ -21,8 +21,9 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 
 from tests.doubles import FakeEngine
 from tests.fuzz.bodies import INFERENCE_ROUTES, Request, requests_of
-from tests.fuzz.checks import content_type, error_shape_holds, without_binary
+from tests.fuzz.checks import content_type, error_shape_holds, send_with_twin, without_binary
 from tests.fuzz.double_server import double_server
+from tests.fuzz.families import FAMILIES
 from tests.fuzz.report import EXAMPLES, REPORT, SLOW_SECONDS, requests_left
 from tests.support.probe import readiness_probe
 from tests.support.repository import write_model
@@ -34,6 +35,12 @@ INFERENCE = frozenset(INFERENCE_ROUTES)
 PINNED = {"model_name": "fake", "model_version": "1"}
 CONFORMANCE = [response_schema_conformance, content_type_conformance]
 """Answers match the document (status, content type, body schema)."""
+DOCUMENTED = {
+    "POST /v2/models/{model_name}/infer": 501,
+    "POST /v2/models/{model_name}/versions/{model_version}/infer": 501,
+}
+"""Server errors Triton itself answers: 501 to `infer` on a decoupled model (every model of
+its vLLM backend is)."""
 SETTINGS = {
     "model_control_mode": "explicit",
     "load_model": ["*"],
@@ -125,7 +132,10 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
     def send(case: Any) -> None:
         started = time.perf_counter()
         response = case.call(base_url=served, session=session, timeout=30)
-        REPORT.record(f"HTTP {operation}", response.status_code, time.perf_counter() - started)
+        status = response.status_code
+        if status == DOCUMENTED.get(operation):
+            status = f"{status} (Triton's)"
+        REPORT.record(f"HTTP {operation}", status, time.perf_counter() - started)
         assert error_shape_holds(path, response), (response.status_code, response.text[:300])
         if conformance_checked(path, response):
             case.validate_response(response, checks=CONFORMANCE)
@@ -138,7 +148,9 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
 
 @pytest.mark.parametrize("route", INFERENCE_ROUTES)
 def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
-    """The rest of each inference route's inputs: well-typed edge values and grammars."""
+    """The rest of each inference route's inputs: well-typed edge values and grammars, and
+    the families that once stalled or killed the server (tests/fuzz/families.py), some
+    with their twin in the other streaming mode."""
     session = requests.Session()
 
     @given(request=requests_of(route))
@@ -151,11 +163,7 @@ def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
         phases=(Phase.explicit, Phase.reuse, Phase.generate),
     )
     def send(request: Request) -> None:
-        name, method, path, arguments = request
-        started = time.perf_counter()
-        response = session.request(method, served + path, timeout=30, **arguments)
-        REPORT.record(f"HTTP {name}", response.status_code, time.perf_counter() - started)
-        assert error_shape_holds(path, response), (response.status_code, response.text[:300])
+        send_with_twin(session, served, request, "HTTP ", SLOW_SECONDS)
 
     with readiness_probe(served) as probe:
         send()
@@ -166,3 +174,10 @@ def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
 def test_every_inference_route_got_its_inputs() -> None:
     counts = {route: REPORT.count(f"HTTP {route}") for route in INFERENCE_ROUTES}
     assert all(count >= EXAMPLES for count in counts.values()), counts
+    drawn = {
+        (family, route): REPORT.count_of_family(family, f"HTTP {route}")
+        for family in FAMILIES
+        for route in INFERENCE_ROUTES
+    }
+    assert all(drawn.values()), [key for key, count in drawn.items() if not count]
+    assert REPORT.pairs and not REPORT.mismatches, REPORT.mismatches

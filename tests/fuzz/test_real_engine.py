@@ -1,17 +1,19 @@
 """The real engine behind the inference routes (the session's limited server, shared with the
 limit tests: the default model, as this CPU runs it, MAX_TOKENS_LIMIT=2): well-typed edge
-values and grammars reach vLLM's own checks, its grammar compilers and the engine, on Triton
-HTTP, OpenAI and gRPC, with schemathesis's cases of vLLM's own request schemas on top. No 5xx,
-INTERNAL or UNKNOWN; no answer slower than the bound while a readiness probe keeps answering;
-no engine request left after each phase. `FUZZ_ENGINE_EXAMPLES` inputs per route (default:
-FUZZ_EXAMPLES / 25, 40)."""
+values and grammars, and the families that once stalled or killed the server (long strings
+in lists, huge grammars, lone surrogates: tests/fuzz/families.py), reach vLLM's own checks,
+its grammar compilers and the engine, on Triton HTTP, OpenAI and gRPC, with schemathesis's
+cases of vLLM's own request schemas on top. No 5xx, INTERNAL or UNKNOWN; a lone surrogate is
+a 400; a body sent streamed and not gets answers of the same kind; no answer slower than the
+bound while a readiness probe keeps answering; no engine request left after each phase.
+`FUZZ_ENGINE_EXAMPLES` inputs per route (default: FUZZ_EXAMPLES / 25, 40)."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -20,16 +22,25 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 
+from app.settings_fields import SettingsFields
 from tests.fuzz.bodies import ROUTES, Request, requests_of
-from tests.fuzz.checks import error_shape_holds, stream_statuses, without_binary
-from tests.fuzz.grpc_requests import model_infer_requests
+from tests.fuzz.checks import (
+    error_shape_holds,
+    send_with_twin,
+    stream_infer,
+    stream_statuses,
+    without_binary,
+)
+from tests.fuzz.families import FAMILIES
+from tests.fuzz.grpc_requests import Draw, model_infer_requests
 from tests.fuzz.report import ENGINE_SLOW_SECONDS, EXAMPLES, REPORT, SLOW_SECONDS, requests_left
 from tests.support.probe import readiness_probe
 from tests.support.servers import RunningServer, tracebacks_of_ours
 from tests.support.waiting import wait_until
 
+T = TypeVar("T")
 MODEL = "smollm2"
 ENGINE_EXAMPLES = int(os.environ.get("FUZZ_ENGINE_EXAMPLES", str(max(EXAMPLES // 25, 20))))
 HYPOTHESIS = settings(
@@ -40,6 +51,14 @@ HYPOTHESIS = settings(
     derandomize=True,
     phases=(Phase.explicit, Phase.reuse, Phase.generate),
 )
+GRPC_ROUTE = "engine gRPC ModelStreamInfer"
+MAX_MESSAGE_BYTES = SettingsFields.model_fields["max_request_body_bytes"].default
+"""The server's largest gRPC message (its body limit, by default)."""
+GRAMMAR_DEADLINE_S = SettingsFields.model_fields["grammar_compile_timeout_seconds"].default
+"""GRAMMAR_COMPILE_TIMEOUT_SECONDS: a grammar whose compile takes longer is a 400 by then (and
+its worker replaced), so huge grammars and counted repetitions (tests/fuzz/families.py) are
+drawn here as on the double, each answered well within ENGINE_SLOW_SECONDS."""
+assert GRAMMAR_DEADLINE_S * 3 < ENGINE_SLOW_SECONDS
 GENERATING = [
     ("POST", "/v2/models/{model_name}/generate"),
     ("POST", "/v2/models/{model_name}/generate_stream"),
@@ -65,23 +84,34 @@ def test_edge_values_and_grammars(
 ) -> None:
     session = requests.Session()
 
-    @given(request=requests_of(route, MODEL))
-    @HYPOTHESIS
     def send(request: Request) -> None:
-        name, method, path, arguments = request
-        started = time.perf_counter()
-        response = session.request(method, engine_server.base_url + path, timeout=60, **arguments)
-        REPORT.record(
-            f"engine HTTP {name}",
-            response.status_code,
-            time.perf_counter() - started,
-            ENGINE_SLOW_SECONDS,
+        send_with_twin(
+            session, engine_server.base_url, request, "engine HTTP ", ENGINE_SLOW_SECONDS
         )
-        assert error_shape_holds(path, response), (response.status_code, response.text[:300])
 
     with readiness_probe(engine_server.base_url) as probe:
-        send()
+        every_family(f"engine HTTP {route}", lambda only: requests_of(route, MODEL, only), send)
     phase_ended_cleanly(engine_server, probe)
+
+
+def every_family(
+    route: str, strategy: Callable[[str | None], st.SearchStrategy[T]], send: Callable[[T], None]
+) -> None:
+    """ENGINE_EXAMPLES inputs of `strategy(None)` to `send`, then two of each family that
+    none of them was (so few inputs may miss one)."""
+    drawn(strategy(None), send, ENGINE_EXAMPLES)
+    for family in FAMILIES:
+        if not REPORT.count_of_family(family, route):
+            drawn(strategy(family), send, 2)
+
+
+def drawn(strategy: st.SearchStrategy[T], send: Callable[[T], None], examples: int) -> None:
+    @given(strategy)
+    @settings(HYPOTHESIS, max_examples=examples)
+    def each(value: T) -> None:
+        send(value)
+
+    each()
 
 
 @pytest.mark.parametrize(("method", "path"), GENERATING, ids=[f"{m} {p}" for m, p in GENERATING])
@@ -126,27 +156,25 @@ def test_grpc_model_stream_infer(engine_server: RunningServer, fuzz_report: None
     with grpc.insecure_channel(engine_server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
-        @given(request=model_infer_requests(MODEL))
-        @HYPOTHESIS
-        def send(request: service_pb2.ModelInferRequest) -> None:
-            started = time.perf_counter()
-            responses = list(stub.ModelStreamInfer(iter([request]), timeout=60))
-            refused = any(response.error_message for response in responses)
-            REPORT.record(
-                "engine gRPC ModelStreamInfer",
-                "error" if refused else "OK",
-                time.perf_counter() - started,
-                ENGINE_SLOW_SECONDS,
-            )
-            assert (
-                responses
-                and responses[-1].infer_response.parameters["triton_final_response"].bool_param
-            )
+        def send(draw: Draw) -> None:
+            stream_infer(stub, draw, GRPC_ROUTE, ENGINE_SLOW_SECONDS, MAX_MESSAGE_BYTES)
 
         with readiness_probe(engine_server.base_url) as probe:
-            send()
+            every_family(GRPC_ROUTE, lambda only: model_infer_requests(MODEL, only), send)
     phase_ended_cleanly(engine_server, probe)
     statuses = stream_statuses(engine_server.base_url)
     assert not [key for key in statuses if key.rsplit(":", 1)[1] in {"INTERNAL", "UNKNOWN"}], (
         statuses
     )
+
+
+def test_every_family_reached_every_route() -> None:
+    """Each family was drawn on each route (and the twins' answers matched)."""
+    routes = [f"engine HTTP {route}" for route in ROUTES] + [GRPC_ROUTE]
+    drawn = {
+        (family, route): REPORT.count_of_family(family, route)
+        for family in FAMILIES
+        for route in routes
+    }
+    assert all(drawn.values()), [key for key, count in drawn.items() if not count]
+    assert REPORT.pairs and not REPORT.mismatches, REPORT.mismatches
