@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError
 
 
 class AcceptingAsyncLLM(AsyncLLM):
@@ -20,7 +21,18 @@ class AcceptingAsyncLLM(AsyncLLM):
 
     async def add_request(self, request_id: str, *args: Any, **kwargs: Any) -> Any:
         collector = await super().add_request(request_id, *args, **kwargs)
+        if self.errored:
+            fail_taken_by_dead_engine(collector)
+            return collector
         accepted = self.on_accepted.pop(request_id, None)
         if accepted is not None:
             accepted()
         return collector
+
+
+def fail_taken_by_dead_engine(collector: Any) -> None:
+    """A request the engine took while it died: vLLM checks that it is alive before taking a
+    request and tells the requests it holds when it dies, but one whose taking began before
+    and ended after its death would wait for outputs for good. It gets the engine's death
+    instead (and so resumes on the replacement, as the others do)."""
+    collector.put(EngineDeadError())
