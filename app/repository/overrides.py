@@ -171,7 +171,7 @@ def write_override(folder: Path, model_dir: Path, override: ModelOverride) -> No
             (folder / version.name).symlink_to(version.resolve(), target_is_directory=True)
 
 
-def write_uploaded_file(folder: Path, path: str, content: bytes) -> None:
+def write_uploaded_file(folder: Path, path: PurePosixPath, content: bytes) -> None:
     """One of a load request's files, or a 400 naming it when another of its files is in the
     way (`file:1/a` beside `file:1/a/b`, or a file named like a version folder)."""
     target = folder / path
