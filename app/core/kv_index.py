@@ -6,7 +6,10 @@ seed depend on the vLLM release and its settings): each stored block gets a key 
 its parent's key, its tokens and its extra keys (the LoRA adapter), computed the same way from
 a request's prompt tokens. Only the first `depth` blocks of a sequence are kept (what routing
 looks at), and never more than `capacity` (the engine's block count): the oldest go first.
-Pure; the keys are Python hashes, the same within one process."""
+A request routed to the engine is expected to leave its leading blocks there (`expect`): until
+the engine's events say so (its prefill takes a step or more) or `EXPECTED_SECONDS` pass, they
+count as held, so that the requests sharing a prefix that arrive meanwhile follow it. Pure;
+the keys are Python hashes, the same within one process; the clock is given."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from typing import Any
 
 ROOT_KEY = 0
 """The parent key of a sequence's first block."""
+EXPECTED_SECONDS = 30.0
+"""How long the blocks of a request routed to the engine count as held without its events."""
 
 
 def block_key(parent: int, tokens: Sequence[int], extra: Hashable | None) -> int:
@@ -50,15 +55,17 @@ def prompt_keys(
 class KvBlockIndex:
     """The leading blocks one engine's KV cache holds, by key."""
 
-    def __init__(self, capacity: int, depth: int) -> None:
+    def __init__(self, capacity: int, depth: int, block_size: int = 0) -> None:
         self.capacity = max(capacity, 1)
         self.depth = depth
-        self.block_size = 0
-        """The engine's block size in tokens (0 until its first stored block)."""
+        self.block_size = block_size
+        """The engine's block size in tokens (0: unknown until its first stored block)."""
         self._blocks: OrderedDict[Hashable, list[int]] = OrderedDict()
         """The engine's block hash -> [key, depth, copies]."""
         self._keys: dict[int, int] = {}
         """key -> how many of the engine's blocks have it."""
+        self._expected: OrderedDict[int, float] = OrderedDict()
+        """key -> until when it counts as held (a request routed here will store it)."""
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -99,12 +106,24 @@ class KvBlockIndex:
     def cleared(self) -> None:
         self._blocks.clear()
         self._keys.clear()
+        self._expected.clear()
 
-    def match(self, keys: Sequence[int]) -> int:
-        """How many of `keys` (a prompt's, in order) the cache holds from the first on."""
-        held = 0
+    def expect(self, keys: Sequence[int], now: float) -> None:
+        """A request with these leading keys was routed to the engine at `now`."""
+        until = now + EXPECTED_SECONDS
         for key in keys:
             if key not in self._keys:
+                self._expected[key] = until
+                self._expected.move_to_end(key)
+        while len(self._expected) > self.capacity:
+            self._expected.popitem(last=False)
+
+    def match(self, keys: Sequence[int], now: float = 0.0) -> int:
+        """How many of `keys` (a prompt's, in order) the cache holds, or is expected to hold
+        at `now`, from the first on."""
+        held = 0
+        for key in keys:
+            if key not in self._keys and self._expected.get(key, 0.0) <= now:
                 break
             held += 1
         return held
@@ -116,6 +135,7 @@ class KvBlockIndex:
             return
         self._blocks[block] = [key, depth, 1]
         self._keys[key] = self._keys.get(key, 0) + 1
+        self._expected.pop(key, None)
         while len(self._blocks) > self.capacity:
             _, oldest = self._blocks.popitem(last=False)
             self._forget(oldest[0])

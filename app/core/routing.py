@@ -19,7 +19,7 @@ PIN_HEADER = "x-triton-instance"
 BLOCK_TOKENS = 16
 """The prefix key is made of whole blocks of this many tokens (vLLM's KV block size on GPUs)."""
 BUSY_RATIO = 2
-"""prefix: the preferred instance is much busier only if it also holds this many times the
+"""prefix, cache_aware: an instance is much busier only if it also holds this many times the
 requests of the least loaded one."""
 PREFIX_TOKENS = {"prefix": 64, "cache_aware": 1024}
 """The leading tokens each mode looks at, unless the model says otherwise."""
@@ -54,9 +54,9 @@ class RoutingPolicy:
     """prefix, cache_aware: how many leading tokens are looked at (None: the mode's default,
     `PREFIX_TOKENS`)."""
     busy_margin: int = 8
-    """prefix: the preferred instance is passed over for the least loaded one when it holds
-    more than this many requests more than that one (and `BUSY_RATIO` times as many)."""
-    hit_tokens: int = 64
+    """prefix, cache_aware: the instance a prompt prefers is passed over when it holds more
+    than this many requests more than the least loaded one (and `BUSY_RATIO` times as many)."""
+    hit_tokens: int = 16
     """cache_aware: prompt tokens an instance holds in its KV cache that outweigh one request
     more there."""
     load_view: LoadView = LoadView.ENGINE
@@ -158,13 +158,18 @@ class InstanceRouter:
     ) -> int:
         """An instance of `loads` (ready instance index -> its load, `load_score`): the one
         `key` hashes to (prefix mode) unless it is much busier; the one whose load less its
-        cached tokens (`cached`, cache-aware mode) is lowest; else the least loaded."""
+        cached tokens (`cached`, cache-aware mode) is lowest among those not much busier; else
+        the least loaded."""
+        least = min(loads.values())
         if self.policy.mode is RoutingMode.PREFIX and key is not None:
             preferred = rendezvous(key, sorted(loads))
-            if not self.much_busier(loads[preferred], min(loads.values())):
+            if not self.much_busier(loads[preferred], least):
                 return preferred
         if self.policy.mode is RoutingMode.CACHE_AWARE and cached:
-            return self.least_loaded(self.costs(loads, cached))
+            costs = self.costs(loads, cached)
+            return self.least_loaded(
+                {i: cost for i, cost in costs.items() if not self.much_busier(loads[i], least)}
+            )
         return self.least_loaded(loads)
 
     def costs(self, loads: Mapping[int, float], cached: Mapping[int, int]) -> dict[int, float]:

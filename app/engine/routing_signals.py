@@ -72,6 +72,7 @@ class SignalSource:
             index = KvBlockIndex(
                 int(cache.num_gpu_blocks or UNKNOWN_CAPACITY),
                 -(-self._spec.routing.tokens // block_size),
+                block_size,
             )
             self._listener = KvEventListener(self._address, index)
             self._listener.start()

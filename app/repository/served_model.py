@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
-from app.core.kv_index import prompt_keys
+from app.core.kv_index import KvBlockIndex, prompt_keys
 from app.core.load_view import PendingCount, signals_of
 from app.core.routing import (
     InstanceRouter,
@@ -187,7 +188,7 @@ class ServedModel:
         ready = [slot for slot in self.slots if slot.is_ready]
         if not ready:
             raise EngineUnhealthyError()
-        key, cached = None, None
+        key, prompts = None, {}
         policy = self.router.policy
         if policy.mode is RoutingMode.PREFIX:
             tokens = hint.token_ids
@@ -195,10 +196,18 @@ class ServedModel:
                 tokens = ready[0].engine.prefix_tokens(hint.text, policy.tokens)
             key = prefix_key(tokens, hint.adapter, policy.tokens)
         elif policy.mode is RoutingMode.CACHE_AWARE:
-            cached = await self._cached_tokens(ready, hint)
+            prompts = await self._prompt_in_caches(ready, hint)
+        now = time.monotonic()
+        cached = {
+            index: cache.match(keys, now) * cache.block_size
+            for index, (cache, keys) in prompts.items()
+        }
         loads = {slot.instance.index: load_score(self._view(slot)) for slot in ready}
         slot = self.slots[self.router.choose(loads, key, cached)]
         slot.pending.count += 1
+        if slot.instance.index in prompts:
+            cache, keys = prompts[slot.instance.index]
+            cache.expect(keys, now)
         return slot
 
     def _view(self, slot: InstanceSlot) -> InstanceView:
@@ -210,27 +219,29 @@ class ServedModel:
         report = signals.board.read()
         return InstanceView(slot.admitted, report, slot.pending.since(report), signals.clients)
 
-    async def _cached_tokens(
+    async def _prompt_in_caches(
         self, ready: Sequence[InstanceSlot], hint: RouteHint
-    ) -> dict[int, int] | None:
-        """cache_aware: how many of the prompt's leading tokens each instance's KV cache
-        holds; None where no engine says what its cache holds."""
+    ) -> dict[int, tuple[KvBlockIndex, list[int]]]:
+        """cache_aware: each ready instance's KV-cache index and the prompt's leading block
+        keys as that index matches them (none where no engine says what its cache holds)."""
         caches = {}
         for slot in ready:
             signals = signals_of(slot.engine)
             if signals is not None and signals.cache is not None and signals.cache.block_size:
                 caches[slot.instance.index] = signals.cache
         if not caches:
-            return None
+            return {}
         limit = self.router.policy.tokens
         tokens = hint.token_ids
         if tokens is None:
             tokens = await prompt_tokens(ready[0].engine, hint, limit)
-        held = {}
-        for index, cache in caches.items():
-            keys = prompt_keys(tokens, cache.block_size, hint.adapter, limit // cache.block_size)
-            held[index] = cache.match(keys) * cache.block_size
-        return held
+        return {
+            index: (
+                cache,
+                prompt_keys(tokens, cache.block_size, hint.adapter, limit // cache.block_size),
+            )
+            for index, cache in caches.items()
+        }
 
     @asynccontextmanager
     async def admit(

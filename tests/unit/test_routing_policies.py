@@ -76,13 +76,21 @@ def test_a_long_hit_outweighs_a_little_load_but_never_a_lot() -> None:
     assert router.costs({0: 5.0, 1: 5.0}, {1: 128}) == {0: 5.0, 1: 3.0}
 
 
+def test_a_hit_never_sends_a_request_to_a_much_busier_instance() -> None:
+    router = InstanceRouter(STICKY)  # 1,024 cached tokens: 64 requests' worth
+    assert router.choose({0: 12.0, 1: 5.0}, cached={0: 1024, 1: 0}) == 0
+    assert router.choose({0: 14.0, 1: 5.0}, cached={0: 1024, 1: 0}) == 1  # 9 more, 2.8x
+    assert router.choose({0: 90.0, 1: 50.0}, cached={0: 1024, 1: 0}) == 0  # not twice as many
+    assert router.choose({0: 101.0, 1: 50.0}, cached={0: 1024, 1: 0}) == 1
+
+
 def two_engines(policy: RoutingPolicy) -> tuple[ServedModel, list[FakeEngine]]:
     instances = tuple(ModelInstance(i, f"m_{i}", InstanceKind.CPU) for i in range(2))
     spec = ModelSpec("m", "1", Path("."), {}, instances=instances, routing=policy)
     engines = [FakeEngine(), FakeEngine()]
     for engine in engines:
         engine.routing_signals = EngineSignals(  # type: ignore[attr-defined]
-            LoadBoard(), KvBlockIndex(capacity=1000, depth=64), clients=1
+            LoadBoard(), KvBlockIndex(capacity=1000, depth=64, block_size=BLOCK), clients=1
         )
     return ServedModel(spec, state=ModelState.READY, engines=engines), engines
 
@@ -148,3 +156,15 @@ async def test_cache_aware_without_an_index_routes_by_load() -> None:
     prefix = " ".join(f"w{n}" for n in range(64))
     picks = [(await served.route(RouteHint(prefix))).instance.index for _ in range(4)]
     assert sorted(picks) == [0, 0, 1, 1]
+
+
+async def test_requests_sharing_a_prefix_follow_the_first_before_the_engine_stores_it() -> None:
+    served, _ = two_engines(STICKY)
+    prefix = " ".join(f"w{n}" for n in range(64))
+    first = await served.route(RouteHint(f"{prefix} question 0"))
+    first.admitted += 1
+    for question in range(1, 4):
+        slot = await served.route(RouteHint(f"{prefix} question {question}"))
+        assert slot is first
+        slot.admitted += 1
+    assert (await served.route(RouteHint("unrelated"))) is not first

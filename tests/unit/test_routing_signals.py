@@ -1,14 +1,15 @@
 """What routing between instances reads of each engine: its load reports on a board (shared
 between frontend processes through a mapped file), the requests sent since the last report,
 and the index of its KV cache kept from its KV-cache events (stored, removed, cleared; bounded
-by the engine's block count; only the leading blocks routing looks at)."""
+by the engine's block count; only the leading blocks routing looks at; the blocks a routed
+request will store counted meanwhile)."""
 
 from __future__ import annotations
 
 import multiprocessing
 from pathlib import Path
 
-from app.core.kv_index import KvBlockIndex, prompt_keys
+from app.core.kv_index import EXPECTED_SECONDS, KvBlockIndex, prompt_keys
 from app.core.load_view import EngineLoad, EngineSignals, LoadBoard, PendingCount, signals_of
 
 BLOCK = 4
@@ -136,3 +137,28 @@ def test_an_adapters_blocks_match_only_its_own_requests() -> None:
     assert index.match(prompt_keys(prompt, BLOCK, "chat", 8)) == 0
     index.stored(None, [3], prompt[:BLOCK], BLOCK, [None])
     assert index.match(prompt_keys(prompt, BLOCK, None, 8)) == 1
+
+
+def test_blocks_expected_from_a_routed_request_match_until_stored_or_expired() -> None:
+    index = KvBlockIndex(capacity=100, depth=8)
+    prompt = list(range(12))
+    keys = prompt_keys(prompt, BLOCK, None, 8)
+    index.expect(keys[:2], now=100.0)
+    assert index.match(keys, now=101.0) == 2
+    assert index.match(keys, now=100.0 + EXPECTED_SECONDS + 1) == 0  # never stored: expired
+    store_chain(index, prompt)  # the engine's events: held for as long as it keeps them
+    assert index.match(keys, now=100.0 + EXPECTED_SECONDS + 1) == 3
+    index.cleared()
+    index.expect(keys, now=0.0)
+    assert index.match(keys, now=1.0) == 3
+    index.cleared()
+    assert index.match(keys, now=1.0) == 0
+
+
+def test_expected_blocks_are_bounded_by_the_engines_block_count() -> None:
+    index = KvBlockIndex(capacity=4, depth=8)
+    first, later = [1, 2, 3], [4, 5, 6]
+    index.expect(first, now=0.0)
+    index.expect(later, now=0.0)
+    assert index.match(later, now=1.0) == 3
+    assert index.match(first, now=1.0) == 0  # its first two pushed out
