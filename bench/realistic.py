@@ -4,6 +4,12 @@ Triton's `generate_stream` (`ours-sse`) and Triton's gRPC stream (`ours-grpc`), 
 `vllm serve` with as many API processes (`vllm`), all driven by vLLM's own client
 (`vllm bench serve`, bench/vllm_client.py) with K client processes started together.
 
+With `--instances N` each server runs N engines: ours as N instances of the model (one a GPU,
+or sharing the CPU), routed as each of ours' targets says (`ours-openai`: by the engines'
+load; `ours-cache`: cache-aware; `ours-process`: by each frontend process's own counts), and
+`vllm serve` with `--data-parallel-size N`. `--standin PROFILE` replaces the model with the
+engine stand-in (bench/standin.py: vLLM's engine core stepping at a GPU's measured pace).
+
 Every server is up at once with the same engine arguments; the workloads run in rounds,
 the targets' order rotated each round. `make bench` runs it after `python -m bench`.
 Writes results.jsonl (a line per level, with each server process's CPU) and table.md.
@@ -26,26 +32,34 @@ from typing import Any
 from app.paths import PROJECT_ROOT
 from bench import workload_report
 from bench.servers import stop_all
+from bench.standin_profiles import PROFILES
 from bench.workload_level import BASE_TARGET, run_level
 from bench.workload_servers import Endpoint, ServerSpec, ours, vllm
 from bench.workloads import SCALES, WORKLOADS
 
 TARGETS = ("ours-openai", "ours-sse", "ours-grpc", "vllm")
+"""The default targets; `ours-cache` and `ours-process` are ours over /v1 routed otherwise."""
 GPU_ENGINE_ARGS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "max_model_len": 4096}
 """As bench/gpu/run.py's (a longer context: chats reach ~2,300 tokens)."""
+STANDIN_ENGINE_ARGS = {
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 8192,
+    "max_model_len": 2048,
+    "enforce_eager": True,
+    "block_size": 16,
+    "num_gpu_blocks_override": 4096,
+    "distributed_executor_backend": "bench.standin.StandInExecutor",
+}
+"""The engine stand-in's: a GPU's block size and batch limits, a KV cache of 4,096 blocks."""
 GPU_KV_CACHE_GIB = 14
 """Each server's KV cache on a GPU (kv_cache_memory_bytes): the 1b shape's requests at the
 GPU scale (256 in flight, up to ~1,900 tokens each) fit without preemption."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    gpu = (
-        shutil.which("nvidia-smi") is not None
-        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    )
     parser = argparse.ArgumentParser(prog="python -m bench.realistic", description=__doc__)
     add = parser.add_argument
-    add("--scale", choices=sorted(SCALES), default="gpu" if gpu else "cpu")
+    add("--scale", choices=sorted(SCALES), help="default: gpu on a GPU, standin with --standin")
     add("--workloads", default=",".join(WORKLOADS))
     add("--targets", default=",".join(TARGETS))
     add("--rounds", type=int, default=2)
@@ -64,6 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--base-tree", type=Path, help=f"also run ours from this checkout ({BASE_TARGET})")
     add_size_options(add)
+    add_engine_options(add)
     add("--profile", action="store_true", help="py-spy records of each server's processes")
     add(
         "--profile-workload",
@@ -77,7 +92,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=PROJECT_ROOT / "bench" / "results" / time.strftime("workloads-%Y%m%d-%H%M%S"),
     )
-    return with_defaults(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    args.gpu_host = shutil.which("nvidia-smi") is not None and (
+        subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
+    return with_defaults(args)
 
 
 def add_size_options(add: Callable[..., Any]) -> None:
@@ -98,8 +117,28 @@ def add_size_options(add: Callable[..., Any]) -> None:
     )
 
 
+def add_engine_options(add: Callable[..., Any]) -> None:
+    """How many engines each server runs, and the engine stand-in."""
+    add("--instances", type=int, default=1, help="engines a server (default: 1)")
+    add(
+        "--ours-parameters",
+        default="",
+        help="more config.pbtxt parameters for ours, KEY=VALUE,... "
+        "(e.g. INSTANCE_ROUTING_HIT_TOKENS=32)",
+    )
+    add("--kv-blocks", type=int, help="each engine's KV-cache blocks (num_gpu_blocks_override)")
+    add("--standin", choices=sorted(PROFILES), help="the engine stand-in at this GPU's pace")
+    add(
+        "--standin-slowdown",
+        type=float,
+        default=40.0,
+        help="the stand-in's steps this many times longer (default: 40, for a 2-core host)",
+    )
+
+
 def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """The options left out filled in for this host (a CPU or a GPU) and the scale's sizes."""
+    args.scale = args.scale or ("standin" if args.standin else "gpu" if args.gpu_host else "cpu")
     args.gpu = args.scale == "gpu"
     overrides = {
         "prompts": args.prompts,
@@ -123,10 +162,18 @@ def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
 def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
     """The engine arguments every server gets: on a CPU the default model's model.json with
     the CPU defaults ours would add (written out, so that vLLM's server gets them too)."""
+    blocks = {"num_gpu_blocks_override": args.kv_blocks} if args.kv_blocks else {}
+    if args.standin:
+        return {**STANDIN_ENGINE_ARGS, **blocks}
     if args.gpu:
         share = round(0.85 / servers, 2)
         cache = int(args.kv_cache_gib * 2**30)
-        return {**GPU_ENGINE_ARGS, "gpu_memory_utilization": share, "kv_cache_memory_bytes": cache}
+        return {
+            **GPU_ENGINE_ARGS,
+            "gpu_memory_utilization": share,
+            "kv_cache_memory_bytes": cache,
+            **blocks,
+        }
     from app.engine.cpu_defaults import CpuHost, cpu_engine_defaults
 
     path = PROJECT_ROOT / "configs" / "model_repository" / "smollm2" / "1" / "model.json"
@@ -136,13 +183,28 @@ def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
     return chosen
 
 
+def standin_env(args: argparse.Namespace) -> dict[str, str]:
+    if not args.standin:
+        return {}
+    return {"STANDIN_PROFILE": args.standin, "STANDIN_SLOWDOWN": f"{args.standin_slowdown:g}"}
+
+
 def start(
     args: argparse.Namespace, shape: str, names: list[str], log_dir: Path
 ) -> dict[str, Endpoint]:
     """A server per target, so that no target meets a prefix cache that another one warmed
     (every level's prompts are the same for each target): ours for each of ours' targets,
     `vllm serve` for `vllm`, ours from the base tree for `base-openai`."""
-    spec = ServerSpec(args.models / shape, shape, engine_args(args, len(names)), args.processes)
+    spec = ServerSpec(
+        args.models / shape,
+        shape,
+        engine_args(args, len(names)),
+        args.processes,
+        instances=args.instances,
+        instance_kind="KIND_GPU" if args.gpu else "KIND_CPU",
+        env=standin_env(args),
+        parameters=dict(pair.split("=", 1) for pair in args.ours_parameters.split(",") if pair),
+    )
     endpoints = {}
     for name in names:
         if name == "vllm":

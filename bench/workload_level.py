@@ -17,7 +17,7 @@ from typing import Any
 from app.paths import PROJECT_ROOT
 from bench import engine_stats, workload_report
 from bench.gpu.probes import cpu_seconds, machine_busy, machine_cpu, process_tree
-from bench.workload_servers import Endpoint
+from bench.workload_servers import ROUTINGS, Endpoint
 from bench.workloads import Scale, workload
 
 BASE_TARGET = "base-openai"
@@ -30,7 +30,7 @@ def client_argv(
     target: str, endpoint: Endpoint, chat: bool, shape: str, model: Path
 ) -> list[str] | None:
     """`vllm bench serve`'s backend arguments for a target; None where it has no such API."""
-    if target in ("ours-openai", "vllm", BASE_TARGET):
+    if target in (*ROUTINGS, "vllm", BASE_TARGET):
         backend, path = (
             ("openai-chat", "/v1/chat/completions") if chat else ("openai", "/v1/completions")
         )

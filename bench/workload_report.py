@@ -14,6 +14,7 @@ Record = dict[str, Any]
 REFERENCE = "vllm"
 FIGURES = (
     "tok_s",
+    "ttft_mean_ms",
     "ttft_p50_ms",
     "ttft_p99_ms",
     "itl_p50_ms",
@@ -60,6 +61,7 @@ def merge(results: list[dict[str, Any]]) -> Record:
         "output_tokens": tokens,
         "duration_s": round(span, 2),
         "tok_s": round(tokens / span, 1) if span > 0 else math.nan,
+        "ttft_mean_ms": round(sum(ttfts) / len(ttfts), 1) if ttfts else math.nan,
         "ttft_p50_ms": round(percentile(ttfts, 50), 1),
         "ttft_p99_ms": round(percentile(ttfts, 99), 1),
         "itl_p50_ms": round(percentile(itls, 50), 2),

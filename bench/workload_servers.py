@@ -1,14 +1,16 @@
 """The servers the realistic workloads run against, all up together: ours (`python -m app`
 with N frontend processes, HTTP and gRPC, from this tree or from a baseline tree) and
 `vllm serve` with N API processes, each with the same engine arguments and an equal share of
-the machine."""
+the machine. With several engines (`instances`), ours has that many instances
+(config.pbtxt's `instance_group`, routed as the target says) and `vllm serve` as many data
+parallel ranks."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,23 @@ class ServerSpec:
     processes: int
     kvcache_gib: int = 2
     """VLLM_CPU_KVCACHE_SPACE (read by the CPU build only)."""
+    instances: int = 1
+    """Engines a server: ours' instances, `vllm serve`'s data parallel size."""
+    instance_kind: str = "KIND_MODEL"
+    """Ours' instance group kind with several engines: KIND_GPU (one a GPU) or KIND_CPU."""
+    env: dict[str, str] = field(default_factory=dict)
+    """More environment for every server (the engine stand-in's profile)."""
+    parameters: dict[str, str] = field(default_factory=dict)
+    """More config.pbtxt parameters for ours (e.g. INSTANCE_ROUTING_HIT_TOKENS)."""
+
+
+ROUTINGS = {
+    "ours-openai": {},
+    "ours-cache": {"INSTANCE_ROUTING": "cache_aware"},
+    "ours-process": {"INSTANCE_ROUTING_LOAD_VIEW": "process"},
+}
+"""Ours' targets over `/v1` and how each routes between instances: by the engines' load (the
+default), cache-aware, or by each frontend process's own counts (the earlier default)."""
 
 
 @dataclass
@@ -43,15 +62,25 @@ class Endpoint:
     """The URL of its Prometheus metrics (the `vllm:` series)."""
 
 
-def repository(root: Path, spec: ServerSpec) -> Path:
+def repository(root: Path, spec: ServerSpec, routing: dict[str, str] | None = None) -> Path:
     """A model repository with one model: `spec`'s engine arguments in model.json (no chat
     template for raw prompts, as vLLM's server has none for completions), reporting the
-    `vllm:` metrics as `vllm serve` always does."""
+    `vllm:` metrics as `vllm serve` always does; its instances routed by `routing` (config.pbtxt
+    parameters)."""
     version = root / spec.name / "1"
     version.mkdir(parents=True, exist_ok=True)
+    if spec.instances > 1 and spec.instance_kind == "KIND_GPU":
+        group = "{ count: 1 kind: KIND_GPU }"  # one on each GPU the server sees
+    else:
+        kind = spec.instance_kind if spec.instances > 1 else "KIND_MODEL"
+        group = f"{{ count: {spec.instances} kind: {kind} }}"
+    parameters = {"REPORT_CUSTOM_METRICS": "true", **(routing or {})}
     (root / spec.name / "config.pbtxt").write_text(
-        'backend: "vllm"\ninstance_group [ { count: 1 kind: KIND_MODEL } ]\n'
-        'parameters: { key: "REPORT_CUSTOM_METRICS" value: { string_value: "true" } }\n'
+        f'backend: "vllm"\ninstance_group [ {group} ]\n'
+        + "".join(
+            f'parameters: {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+            for key, value in parameters.items()
+        )
     )
     model = {"model": str(spec.model_dir), "served_model_name": spec.name, **spec.engine_args}
     (version / "model.json").write_text(json.dumps(model, indent=2))
@@ -63,7 +92,8 @@ def ours(
 ) -> Endpoint:
     """`python -m app` of `tree` with N frontend processes, on free local ports."""
     port, grpc_port, metrics_port = free_ports(3)
-    repo = repository(log_dir / f"repository-{name}", spec)
+    routing = {**ROUTINGS.get(name, {}), **spec.parameters}
+    repo = repository(log_dir / f"repository-{name}", spec, routing)
     argv = [
         sys.executable,
         "-m",
@@ -86,6 +116,7 @@ def ours(
         VLLM_CPU_KVCACHE_SPACE=str(spec.kvcache_gib),
         FRONTEND_PROCESSES=str(spec.processes),
         PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]),
+        **spec.env,
     )
     server = ServerProcess(
         name,
@@ -122,12 +153,14 @@ def vllm(spec: ServerSpec, log_dir: Path) -> Endpoint:
         str(port),
         "--api-server-count",
         str(spec.processes),
+        *(("--data-parallel-size", str(spec.instances)) if spec.instances > 1 else ()),
         *flags,
     ]
     env = server_env(
         HF_HUB_OFFLINE="1",
         VLLM_CPU_KVCACHE_SPACE=str(spec.kvcache_gib),
         PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]),
+        **spec.env,
     )
     server = ServerProcess(
         "vllm", argv, f"http://127.0.0.1:{port}", "/health", log_dir / "vllm.log", env, PROJECT_ROOT

@@ -5,6 +5,7 @@ lengths that vary, shared prefixes, Poisson arrivals and a chat-shaped dataset m
 |---|---|
 | `variable` | prompts and outputs of random length (±50 % around the scale's), closed loop |
 | `prefix` | a few long system prompts shared by many requests, each with its own question |
+| `prefix-many` | (not run by default) `prefix` with more prefixes than one engine's cache holds |
 | `poisson` | the `variable` requests arriving as a Poisson process at a fixed rate (open loop) |
 | `chat` | conversations (system prompt, earlier turns, a question) for the chat API |
 | `fixed` | (not run by default) `variable` with every length at the scale's |
@@ -45,13 +46,17 @@ class Scale:
     suffix_len: int
     chat_words: int
     """Words of a chat's system prompt; its turns are a fraction of it."""
+    many_prefixes: int = 0
+    """The `prefix-many` workload's prefixes (of `prefix_len` tokens)."""
 
 
 SCALES = {
     # A 2-core CPU runs SmolLM2-135M at some tens of tokens a second in all.
-    "cpu": Scale(128, 32, 32, 8, 0.4, 4, 96, 32, 60),
+    "cpu": Scale(128, 32, 32, 8, 0.4, 4, 96, 32, 60, 16),
     # The sizes that found the variable-length gap on an H100.
-    "gpu": Scale(1024, 256, 1024, 256, 40.0, 8, 1024, 256, 400),
+    "gpu": Scale(1024, 256, 1024, 256, 40.0, 8, 1024, 256, 400, 256),
+    # The engine stand-in (bench/standin.py) at a GPU's pace, slowed down for a 2-core host.
+    "standin": Scale(512, 128, 512, 128, 4.0, 8, 512, 128, 200, 64),
 }
 
 
@@ -99,7 +104,8 @@ def workload(
     if name == "poisson":
         rate = f"{scale.rate / clients:g}"
         return Workload(name, False, (*common, "--request-rate", rate, *random_lengths))
-    if name == "prefix":
+    if name in ("prefix", "prefix-many"):
+        count = scale.many_prefixes if name == "prefix-many" else scale.prefixes
         prefixes = (
             "--dataset-name",
             "prefix_repetition",
@@ -108,7 +114,7 @@ def workload(
             "--prefix-repetition-suffix-len",
             str(scale.suffix_len),
             "--prefix-repetition-num-prefixes",
-            str(share(scale.prefixes, clients)),
+            str(share(count, clients)),
             "--prefix-repetition-output-len",
             str(scale.output_len),
         )
