@@ -14,8 +14,12 @@ from typing import Any
 import msgspec
 import zmq
 import zmq.asyncio
-from vllm.config.kv_events import KVEventsConfig
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+
+try:
+    from vllm.config.kv_events import KVEventsConfig
+except ImportError:  # pragma: no cover - vLLM releases before the config package split
+    from vllm.config import KVEventsConfig  # type: ignore[no-redef,unused-ignore]
 
 from app.core.kv_index import KvBlockIndex
 
@@ -42,22 +46,29 @@ def with_kv_events(engine_args: dict[str, Any], address: str) -> dict[str, Any]:
 
 
 def apply_batch(index: KvBlockIndex, batch: KVEventBatch) -> None:
-    """One published batch of events, in order."""
+    """One published batch of events, in order (fields an older vLLM lacks read as unset)."""
     for event in batch.events:
-        if isinstance(event, BlockStored):
-            if event.medium in (None, ENGINE_MEDIUM) and not event.group_idx:
-                index.stored(
-                    event.parent_block_hash,
-                    event.block_hashes,
-                    event.token_ids,
-                    event.block_size,
-                    event.extra_keys,
-                )
-        elif isinstance(event, BlockRemoved):
-            if event.medium in (None, ENGINE_MEDIUM) and not event.group_idx:
-                index.removed(event.block_hashes)
-        elif isinstance(event, AllBlocksCleared):
+        if isinstance(event, AllBlocksCleared):
             index.cleared()
+        elif not in_engine_cache(event):
+            continue
+        elif isinstance(event, BlockStored):
+            index.stored(
+                event.parent_block_hash,
+                event.block_hashes,
+                event.token_ids,
+                event.block_size,
+                getattr(event, "extra_keys", None),
+            )
+        elif isinstance(event, BlockRemoved):
+            index.removed(event.block_hashes)
+
+
+def in_engine_cache(event: Any) -> bool:
+    """A block event of the engine's own cache (not an offload tier) and of its first (or
+    only) group of layers."""
+    medium = getattr(event, "medium", None)
+    return medium in (None, ENGINE_MEDIUM) and not getattr(event, "group_idx", None)
 
 
 class KvEventListener:

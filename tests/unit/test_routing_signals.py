@@ -162,3 +162,51 @@ def test_expected_blocks_are_bounded_by_the_engines_block_count() -> None:
     index.expect(later, now=0.0)
     assert index.match(later, now=1.0) == 3
     assert index.match(first, now=1.0) == 0  # its first two pushed out
+
+
+def test_an_engines_published_batches_keep_its_index() -> None:
+    """vLLM's own events, through msgpack as its publisher sends them."""
+    import msgspec
+    from vllm.distributed.kv_events import (
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        KVEventBatch,
+    )
+
+    from app.engine.kv_events import apply_batch
+
+    def sent(*events: BlockStored | BlockRemoved | AllBlocksCleared) -> KVEventBatch:
+        batch = KVEventBatch(ts=0.0, events=list(events))
+        decoded: KVEventBatch = msgspec.msgpack.decode(
+            msgspec.msgpack.encode(batch), type=KVEventBatch
+        )
+        return decoded
+
+    index = KvBlockIndex(capacity=100, depth=8)
+    prompt = list(range(12))
+    stored = BlockStored(
+        block_hashes=[11, 12, 13],
+        parent_block_hash=None,
+        token_ids=prompt,
+        block_size=BLOCK,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+    )
+    offloaded = BlockStored(
+        block_hashes=[21],
+        parent_block_hash=None,
+        token_ids=[7, 7, 7, 7],
+        block_size=BLOCK,
+        lora_id=None,
+        medium="CPU",
+        lora_name=None,
+    )
+    apply_batch(index, sent(stored, offloaded))
+    assert index.match(prompt_keys(prompt, BLOCK, None, 8)) == 3
+    assert index.match(prompt_keys([7, 7, 7, 7], BLOCK, None, 8)) == 0  # an offload tier's
+    apply_batch(index, sent(BlockRemoved(block_hashes=[13], medium="GPU")))
+    assert index.match(prompt_keys(prompt, BLOCK, None, 8)) == 2
+    apply_batch(index, sent(AllBlocksCleared()))
+    assert len(index) == 0
