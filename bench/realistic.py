@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from app.paths import PROJECT_ROOT
-from bench import workload_report
+from bench import acceptance, workload_report
+from bench.acceptance import ACCEPTANCE
 from bench.servers import stop_all
 from bench.standin_profiles import PROFILES
 from bench.workload_level import BASE_TARGET, run_level
@@ -62,7 +63,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--scale", choices=sorted(SCALES), help="default: gpu on a GPU, standin with --standin")
     add("--workloads", default=",".join(WORKLOADS))
     add("--targets", default=",".join(TARGETS))
-    add("--rounds", type=int, default=2)
+    add("--rounds", type=int, help="rounds over the targets (default: 2; 1 with --acceptance)")
+    add(
+        "--acceptance",
+        choices=sorted(ACCEPTANCE),
+        help="a GPU acceptance run (bench/acceptance.py): its shapes, targets and levels",
+    )
     add(
         "--processes",
         type=int,
@@ -138,6 +144,10 @@ def add_engine_options(add: Callable[..., Any]) -> None:
 
 def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """The options left out filled in for this host (a CPU or a GPU) and the scale's sizes."""
+    args.levels, args.gpu_engine_args = {}, GPU_ENGINE_ARGS
+    if args.acceptance:
+        acceptance.apply(args, args.acceptance)
+    args.rounds = args.rounds or 2
     args.scale = args.scale or ("standin" if args.standin else "gpu" if args.gpu_host else "cpu")
     args.gpu = args.scale == "gpu"
     overrides = {
@@ -169,7 +179,7 @@ def engine_args(args: argparse.Namespace, servers: int) -> dict[str, Any]:
         share = round(0.85 / servers, 2)
         cache = int(args.kv_cache_gib * 2**30)
         return {
-            **GPU_ENGINE_ARGS,
+            **args.gpu_engine_args,
             "gpu_memory_utilization": share,
             "kv_cache_memory_bytes": cache,
             **blocks,
@@ -250,7 +260,8 @@ def run_round(
     shift = number % len(targets)
     for target in targets[shift:] + targets[:shift]:
         folder = args.out / "raw" / shape / f"{name}-{target}-r{number}"
-        level = run_level(args, shape, name, target, endpoints[target], folder, number)
+        scale = args.levels.get(shape, {}).get(name)
+        level = run_level(args, shape, name, target, endpoints[target], folder, number, scale=scale)
         if level is not None:
             record = {"shape": shape, "workload": name, "target": target, "round": number}
             write(results, {**record, **level})
@@ -287,19 +298,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.gpu:
-        from bench.gpu.mkmodels import ensure_shapes
-
-        ensure_shapes(args.models, args.shapes, args.models / "smollm2")
     results = args.out / "results.jsonl"
+    begun, code = time.time(), 1
     try:
+        if args.gpu:
+            from bench.gpu.mkmodels import ensure_shapes
+
+            ensure_shapes(args.models, args.shapes, args.models / "smollm2")
         for shape in args.shapes:
             run_shape(args, shape, results)
+        code = report(args, results)
     finally:
         stop_all()
+        done = {"exit": code, "seconds": round(time.time() - begun), "argv": sys.argv[1:]}
+        (args.out / "done.json").write_text(json.dumps(done) + "\n")
+    return code
+
+
+def report(args: argparse.Namespace, results: Path) -> int:
+    """table.md from the results; 0 when every level ran without a failed request."""
     records = workload_report.load(results) if results.exists() else []
     records = [r for r in records if r.get("round") != "profile"]
-    table = workload_report.render(records, "gpu" if args.gpu else "cpu")
+    table = workload_report.render(
+        records, args.scale if args.standin else "gpu" if args.gpu else "cpu"
+    )
     (args.out / "table.md").write_text(table)
     print(table)
     return 0 if all(r.get("failed", 0) == 0 and "failed_level" not in r for r in records) else 1

@@ -61,7 +61,8 @@ def section(recorded: list[runs.RecordedRun], drawn: list[Plot]) -> str:
     gpu = [run for run in recorded if run.meta["kind"] == "gpu"]
     images = [f"![{plot.alt}]({plot.name})" for plot in drawn]
     table_text = summary.table_markdown(summary.rows(recorded, runs.workload_levels))
-    parts = [START, summary.claim(gpu), *images, table_text, END]
+    routing = summary.routing_markdown(recorded)
+    parts = [START, summary.claim(gpu), *images, table_text, routing, END]
     return "\n\n".join(part for part in parts if part)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bench import workload_report
 from bench.gpu import table
 from bench.stats import LevelStats
 
@@ -178,7 +179,7 @@ def rows(runs: Sequence[RecordedRun], levels: Callable[[RecordedRun], Any]) -> l
     """The summary's comparisons, newest run of each: the GPU closed loop, the realistic
     workloads on each machine and model, `make bench` on a CPU."""
     gpu = [run for run in runs if run.meta["kind"] == "gpu"]
-    workloads = [run for run in runs if run.meta["kind"].endswith("-workloads")]
+    workloads = [run for run in runs if run.meta["kind"] in ("gpu-workloads", "cpu-workloads")]
     cpu = [run for run in runs if run.meta["kind"] == "cpu"]
     found = closed_loop_run(gpu)
     return [
@@ -241,3 +242,28 @@ def claim(gpu: Sequence[RecordedRun], c: int = 256) -> str:
         "frontend processes served, in output tokens/s:"
     )
     return "\n".join([head, "", *lines])
+
+
+def routing_run(runs: Sequence[RecordedRun]) -> RecordedRun | None:
+    """The newest realistic-workloads run with ours routed two ways between instances."""
+    for run in runs:
+        if run.meta["kind"].endswith("-workloads"):
+            targets = {record.get("target") for record in workload_report.load(run.gpu_results)}
+            if len(targets & set(workload_report.ROUTED)) > 1:
+                return run
+    return None
+
+
+def routing_markdown(runs: Sequence[RecordedRun]) -> str:
+    """The newest run's routing between a model's instances, against ours routed by the
+    engines' load."""
+    run = routing_run(runs)
+    if run is None:
+        return ""
+    records = [r for r in workload_report.load(run.gpu_results) if r.get("round") != "profile"]
+    head = (
+        f"Routing between a model's instances ({run.meta['title']}, "
+        f"[{run.meta['date']}](runs.md#{anchor(run)})): each target's tok/s and TTFT over those "
+        "of ours routed by the engines' load (`ours-openai`), and the engines' prefix-cache hits:"
+    )
+    return head + "\n\n" + workload_report.routing_table(records)

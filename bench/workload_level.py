@@ -59,15 +59,16 @@ def run_level(
     folder: Path,
     round_number: int = 0,
     profile: Path | None = None,
+    scale: Scale | None = None,
 ) -> dict[str, Any] | None:
     """K clients of one workload against one target, started together (round `round_number`'s
-    prompts); the merged level."""
+    prompts, sized by `scale`, else `args.sizes`); the merged level."""
     model = args.models / shape
     if client_argv(target, endpoint, name == "chat", shape, model) is None:
         return None
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    clients = start_clients(args, shape, name, target, endpoint, folder, round_number)
+    clients = start_clients(args, shape, name, target, endpoint, folder, round_number, scale)
     wait_for_clients(folder, clients)
     pids = process_tree(endpoint.server.pid)
     engine_before = engine_stats.scrape(endpoint.metrics) if endpoint.metrics else {}
@@ -96,9 +97,10 @@ def start_clients(
     endpoint: Endpoint,
     folder: Path,
     round_number: int,
+    scale: Scale | None = None,
 ) -> list[subprocess.Popen[bytes]]:
     """The level's K client processes, each waiting at the barrier in `folder`."""
-    scale: Scale = args.sizes
+    scale = scale or args.sizes
     model = args.models / shape
     clients = []
     for index in range(args.clients):

@@ -12,6 +12,8 @@ from typing import Any
 
 Record = dict[str, Any]
 REFERENCE = "vllm"
+ROUTED = ("ours-openai", "ours-cache", "ours-process")
+"""Ours' targets routed differently between a model's instances; the first is the baseline."""
 FIGURES = (
     "tok_s",
     "ttft_mean_ms",
@@ -23,7 +25,7 @@ FIGURES = (
 )
 LOWER_IS_BETTER = ("ttft_p50_ms", "ttft_p99_ms", "itl_p99_ms")
 """The latencies checked against vLLM's server (ours at most its)."""
-BOUNDS = {"gpu": 1.0, "cpu": 0.95}
+BOUNDS = {"gpu": 1.0, "cpu": 0.95, "standin": 0.95}
 """Ours at least this × vLLM's output tok/s, and latencies at most its / this (CPU noise)."""
 
 
@@ -100,7 +102,25 @@ def levels(records: Iterable[Record]) -> dict[tuple[str, str, str], Record]:
         mean = {f: sum(r[f] for r in rounds) / len(rounds) for f in FIGURES if f in rounds[0]}
         totals = {f: sum(r[f] for r in rounds) for f in ("requests", "failed")}
         combined[key] = {**rounds[0], **mean, **totals, "rounds": len(rounds)}
+        combined[key]["engine"] = engine_means([r.get("engine") or {} for r in rounds])
     return combined
+
+
+def engine_means(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine's view of a level over its rounds: each mean's mean, the prefix-cache hit
+    rate over every round's queries, the requests each engine finished in all."""
+    found: dict[str, Any] = {}
+    for key in ("queue_ms", "prefill_ms", "engine_ttft_ms"):
+        values = [r[key] for r in rounds if key in r]
+        if values:
+            found[key] = sum(values) / len(values)
+    queries = sum(r.get("prefix_queries", 0.0) for r in rounds)
+    if queries:
+        found["hit_rate"] = sum(r.get("prefix_hits", 0.0) for r in rounds) / queries
+    spreads = [r["per_engine"] for r in rounds if "per_engine" in r]
+    if spreads and all(len(spread) == len(spreads[0]) for spread in spreads):
+        found["per_engine"] = [sum(column) for column in zip(*spreads, strict=True)]
+    return found
 
 
 def ratio(ours: Record, reference: Record, figure: str) -> float:
@@ -162,19 +182,70 @@ def mark(check: Check) -> str:
     return f"{check.ratio:.3f}" + ("" if check.met else " ✗")
 
 
+def routing_table(records: list[Record]) -> str:
+    """Ours routed otherwise against ours routed by the engines' load (the first of
+    `ROUTED`), per shape and workload, with each target's prefix-cache hits and spread."""
+    table = levels(records)
+    rows = [
+        "| shape | workload | target | tok/s | TTFT p50 | TTFT p99 | prefix-cache hits "
+        "| requests per engine |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (shape, workload, target), level in sorted(table.items()):
+        base = table.get((shape, workload, ROUTED[0]))
+        if base is None or target not in (*ROUTED, REFERENCE):
+            continue
+        ratios = [f"{ratio(level, base, f):.3f}" for f in ("tok_s", "ttft_p50_ms", "ttft_p99_ms")]
+        engine = level.get("engine", {})
+        hits = f"{engine['hit_rate']:.0%}" if "hit_rate" in engine else "–"
+        spread = "/".join(map(str, engine.get("per_engine", []))) or "–"
+        rows.append(
+            f"| {shape} | {workload} | {target} | " + " | ".join(ratios) + f" | {hits} | {spread} |"
+        )
+    return "\n".join(rows)
+
+
+def engine_view_table(records: list[Record]) -> str:
+    """Where time goes before the first token: the clients' mean TTFT against the engine's
+    (vLLM's own TTFT histogram: from the request's arrival in the engine's client to its
+    first token), its queue and prefill; the rest is spent outside the engine."""
+    rows = [
+        "| shape | workload | target | client TTFT mean ms | engine TTFT mean ms | queue ms "
+        "| prefill ms | outside the engine ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (shape, workload, target), level in sorted(levels(records).items()):
+        engine = level.get("engine", {})
+        client = level.get("ttft_mean_ms")
+        if client is None or "engine_ttft_ms" not in engine:
+            continue
+        figures = [client, engine["engine_ttft_ms"], engine.get("queue_ms", math.nan)]
+        figures += [engine.get("prefill_ms", math.nan), client - engine["engine_ttft_ms"]]
+        rows.append(
+            f"| {shape} | {workload} | {target} | " + " | ".join(f"{v:.0f}" for v in figures) + " |"
+        )
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
 def render(records: list[Record], kind: str) -> str:
     found = checks(records, kind)
     met = sum(check.met for check in found)
     bound = BOUNDS[kind]
-    return (
-        "\n\n".join(
-            [
-                results_table(records),
-                f"Ours / `vllm serve` with as many API processes (✗: tok/s below {bound:g}×, or a "
-                f"latency above vLLM's / {bound:g}):",
-                ratios_table(found),
-                f"Checks met: {met} of {len(found)}.",
-            ]
-        )
-        + "\n"
-    )
+    parts = [
+        results_table(records),
+        f"Ours / `vllm serve` with as many API processes (✗: tok/s below {bound:g}×, or a "
+        f"latency above vLLM's / {bound:g}):",
+        ratios_table(found),
+        f"Checks met: {met} of {len(found)}.",
+    ]
+    routed = {record["target"] for record in records} & set(ROUTED)
+    if len(routed) > 1 and ROUTED[0] in routed:
+        parts += [
+            "Routing between instances: each target / ours routed by the engines' load "
+            f"(`{ROUTED[0]}`), and the engines' prefix-cache hits:",
+            routing_table(records),
+        ]
+    engine_view = engine_view_table(records)
+    if engine_view:
+        parts += ["Before the first token: the clients' view against the engine's:", engine_view]
+    return "\n\n".join(parts) + "\n"
