@@ -319,11 +319,16 @@ class ServedModel:
 
 async def prompt_tokens(engine: InferenceEngine, hint: RouteHint, limit: int) -> Sequence[int]:
     """The first `limit` tokens of the prompt as the engine will see it (wrapped in the chat
-    template where the request asks for it); a long one tokenized in a worker thread."""
+    template where the request asks for it); a long one tokenized in a worker thread; none
+    where the tokenizer fails (a Rust tokenizer used by another thread may refuse)."""
 
     def tokenize() -> Sequence[int]:
         text = engine.render_chat_prompt(hint.text) if hint.chat_template else hint.text
-        return engine.prefix_tokens(text, limit)
+        try:
+            return engine.prefix_tokens(text, limit)
+        except Exception:  # e.g. a tokenizer another thread holds: route by load alone
+            logger.debug("the prompt could not be tokenized for routing", exc_info=True)
+            return ()
 
     if len(hint.text) > THREAD_TOKENIZE_CHARS:
         return await asyncio.to_thread(tokenize)
