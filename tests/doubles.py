@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from app.core.chunks import merge_chunks
-from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.core.types import CompletionDelta, GenerationChunk, ValidRequest
 from app.engine.sampling import to_sampling_params
 from app.errors import EngineUnhealthyError, ServerError
 from tests.openai_double import FakeOpenAIServing
@@ -23,7 +23,7 @@ WORDS = ["Hello", " from", " the", " fake", " engine", "."]
 TOKEN_LOGPROB = -0.5
 
 
-def read_sampling(request: GenerationRequest) -> SimpleNamespace:
+def read_sampling(request: ValidRequest) -> SimpleNamespace:
     """The request's sampling values validated and read as the vLLM engine does, by the engine
     adapter's own conversion (app/engine/sampling.py: a 400 naming the field for a value it
     rejects, defaults filled in, a single stop string a list of one): each public field of
@@ -46,7 +46,7 @@ class ReceivedRequest:
     stream: bool
 
     @classmethod
-    def of(cls, request: GenerationRequest, params: SimpleNamespace) -> ReceivedRequest:
+    def of(cls, request: ValidRequest, params: SimpleNamespace) -> ReceivedRequest:
         return cls(
             request.request_id, request.prompt, params, request.images, request.lora, request.stream
         )
@@ -162,7 +162,7 @@ class FakeEngine:
         while self.ping_hangs or self.hung or (self.ping_waits_for_steps and self.active):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
-    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+    async def generate(self, request: ValidRequest) -> AsyncGenerator[GenerationChunk, None]:
         params = read_sampling(request)
         self.requests.append(ReceivedRequest.of(request, params))
         if self._fail_with is not None and self._fail_after is None:

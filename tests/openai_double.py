@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.core.chunks import merge_chunks
-from app.core.guard import RequestGuard
-from app.core.types import GenerationChunk, GenerationRequest
+from app.core.guard import OutputReading, RequestGuard, chunk_timeline, chunk_token_counts
+from app.core.types import GenerationChunk, ValidRequest
 from app.errors import InvalidRequestError, ModelNotFoundError, ServerError
 
 
@@ -98,8 +98,8 @@ class FakeOpenAIServing:
         given = request.input
         prompt = given if isinstance(given, str) else " ".join(m.content for m in given)
         sampling = {"max_tokens": request.max_output_tokens or 16}
-        generation = GenerationRequest(guard.request_id, prompt, sampling, stream=request.stream)
-        chunks = guard.stream(self.engine.generate(generation), counts)
+        generation = ValidRequest(guard.request_id, prompt, sampling, stream=request.stream)
+        chunks = guard.stream(self.engine.generate(generation), CHUNK_OUTPUTS)
         name = adapter or request.model or "fake"
         if request.stream:
             return response_events(chunks, name)
@@ -127,8 +127,8 @@ class FakeOpenAIServing:
             request.n, request.max_tokens if "max_tokens" in request.model_fields_set else None
         )
         sampling = {"max_tokens": request.max_tokens, "n": request.n, "stop": request.stop}
-        generation = GenerationRequest(guard.request_id, prompt, sampling, stream=request.stream)
-        chunks = guard.stream(self.engine.generate(generation), counts)
+        generation = ValidRequest(guard.request_id, prompt, sampling, stream=request.stream)
+        chunks = guard.stream(self.engine.generate(generation), CHUNK_OUTPUTS)
         name = adapter or request.model or "fake"
         if request.stream:
             return frames(
@@ -147,8 +147,8 @@ def read(model: type[BaseModel], body: dict[str, Any]) -> Any:
         raise InvalidRequestError(f"{param}: {error['msg']}", param=param) from exc
 
 
-def counts(chunk: GenerationChunk) -> tuple[int, int]:
-    return chunk.num_prompt_tokens, sum(c.num_tokens for c in chunk.completions)
+CHUNK_OUTPUTS = OutputReading(chunk_token_counts, chunk_timeline)
+"""The engine double's chunks, read as the guarded vLLM client reads vLLM's outputs."""
 
 
 def choice(

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.types import GenerationRequest, InferenceEngine
+from app.core.types import InferenceEngine, ValidRequest
+from app.core.types import integer as integer
 from app.errors import InvalidRequestError
 
 STOP_FIELDS = ("stop", "bad_words")
@@ -57,19 +58,15 @@ class RequestLimits:
     """Prompts of one OpenAI completions request (each is an engine request)."""
 
 
-def check_request(
-    request: GenerationRequest, engine: InferenceEngine, limits: RequestLimits
-) -> None:
-    """Refuse, naming the field, what the server or the model's engine cannot serve."""
-    where = request.parameters_field
-    check_sampling(request.sampling, limits, where)
-    check_count("image", len(request.images), limits.max_images)
-    max_tokens = request.sampling.get("max_tokens")
+def check_context(request: ValidRequest, engine: InferenceEngine) -> None:
+    """Refuse, naming the field, a request the engine it was routed to cannot serve: more new
+    tokens than the model's context holds. (The server's limits were checked when the
+    request was built.)"""
     context_length = engine.max_model_len
-    if isinstance(max_tokens, int) and max_tokens > context_length:
+    if request.max_tokens is not None and request.max_tokens > context_length:
         raise InvalidRequestError(
-            f"{where}.max_tokens: {max_tokens} is above the model's context length of "
-            f"{context_length} tokens"
+            f"{request.parameters_field}.max_tokens: {request.max_tokens} is above the model's "
+            f"context length of {context_length} tokens"
         )
 
 
@@ -191,8 +188,3 @@ def count_of(value: Any) -> int:
     if isinstance(value, (list, tuple, dict, set)):
         return len(value)
     return 1
-
-
-def integer(value: Any) -> int | None:
-    """An integer value (bools and other types are the schema's to refuse)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from app.core.chunks import merge_chunks
-from app.core.guard import RequestGuard, with_deadline
-from app.core.limits import RequestLimits, check_request
+from app.core.guard import CHUNKS, RequestGuard
+from app.core.limits import RequestLimits, check_context
 from app.core.routing import RouteHint
 from app.core.timing import RequestTiming, StatisticsRecorder
 from app.core.types import (
     GenerationChunk,
     GenerationObserver,
-    GenerationRequest,
     InferenceEngine,
     ServingModel,
+    ValidRequest,
 )
 
 
 class GenerationService:
-    """Admits a neutral request to a model, runs it on the model's engine and yields its
+    """Admits a valid request to a model, runs it on the model's engine and yields its
     outputs: a delta chunk per engine step when `request.stream`, else exactly one chunk
     with the whole output. Frontends only format what it yields."""
 
@@ -36,84 +35,32 @@ class GenerationService:
         self.timeout_seconds = timeout_seconds
         self.statistics = statistics
 
-    def generate(
+    async def stream(
         self,
         model: ServingModel,
-        request: GenerationRequest,
+        request: ValidRequest,
         observer: GenerationObserver | None = None,
     ) -> AsyncGenerator[GenerationChunk, None]:
-        """Errors before the first chunk (admission, limits, the engine refusing a parameter)
-        are raised from the first `anext`; closing the iterator aborts the engine request."""
-        run = self._stream if request.stream else self._one_response
-        return run(model, request, observer)
-
-    async def _stream(
-        self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
-    ) -> AsyncGenerator[GenerationChunk, None]:
-        timing = RequestTiming(model.name, model.version, client_id(observer, request.request_id))
-        try:
-            async with model.admit(request.request_id, request.route()) as engine:
-                timing.admitted()
+        """The request's chunks: admitted, run on the engine it was routed to, recorded.
+        Errors before the first chunk (admission, the engine refusing a parameter) are
+        raised from the first `anext`; closing the iterator aborts the engine request."""
+        timing, guard = self._guard(model, request.request_id, observer)
+        collected: list[GenerationChunk] = []
+        with self._recording(timing, guard):
+            async with guard.admitted(model, request.route()) as engine:
                 chunks = self._start(engine, request)
-                try:
-                    async for chunk in chunks:
-                        timing.chunk()
-                        timing.engine_reported(chunk.timeline)
-                        if observer is not None:
-                            observe(observer, chunk)
-                        timing.responded()
-                        timing.complete = chunk.finished
-                        held = time.monotonic_ns()
+                outputs = guard.stream(chunks, CHUNKS, responds=request.stream)
+                async for chunk in outputs:
+                    if request.stream:
                         yield chunk
-                        timing.held_ns += time.monotonic_ns() - held
-                    timing.complete = True
-                finally:
-                    await chunks.aclose()
-        except Exception as exc:
-            timing.fail(exc)
-            raise
-        finally:
-            self._record(timing)
-
-    async def _one_response(
-        self, model: ServingModel, request: GenerationRequest, observer: GenerationObserver | None
-    ) -> AsyncGenerator[GenerationChunk, None]:
-        timing = RequestTiming(model.name, model.version, client_id(observer, request.request_id))
-        try:
-            async with model.admit(request.request_id, request.route()) as engine:
-                timing.admitted()
-                chunks = self._start(engine, request)
-                collected = []
-                try:
-                    async for chunk in chunks:
-                        timing.chunk()
-                        timing.engine_reported(chunk.timeline)
-                        if observer is not None:
-                            observe(observer, chunk)
+                    else:
                         collected.append(chunk)
-                finally:
-                    await chunks.aclose()
-            # after admission: an aborted request raises there
-            merged = merge_chunks(collected, request.n)
-            timing.responded()
+            if not request.stream:  # after admission: an aborted request raises there
+                merged = merge_chunks(collected, request.n)
+                handed = guard.responding(complete=True)
+                yield merged
+                guard.held(handed)
             timing.complete = True
-            held = time.monotonic_ns()
-            yield merged
-            timing.held_ns += time.monotonic_ns() - held
-        except Exception as exc:
-            timing.fail(exc)
-            raise
-        finally:
-            self._record(timing)
-
-    def _record(self, timing: RequestTiming) -> None:
-        """Statistics of an ended request: an error is a failure, and so is a request closed
-        before its response was complete (the client went away: Triton's cancellation)."""
-        if not (timing.complete or timing.failed):
-            timing.cancelled = timing.failed = True
-        if self.statistics is not None:
-            timing.finish()
-            self.statistics.record_request(timing)
 
     @asynccontextmanager
     async def admission(
@@ -125,50 +72,53 @@ class GenerationService:
     ) -> AsyncIterator[RequestGuard]:
         """Admit a request whose engine streams the frontend starts itself (through a library's
         serving code) on the engine `route` leads to (`guard.engine`): the guard checks its
-        limits and runs each stream observed and within the request's deadline, as
-        `generate` does."""
-        timing = RequestTiming(model.name, model.version, client_id(observer, request_id))
-        guard = None
-        try:
-            async with model.admit(request_id, route) as engine:
-                timing.admitted()
-                guard = RequestGuard(
-                    request_id,
-                    self.limits,
-                    observer,
-                    self.timeout_seconds,
-                    timing=timing,
-                    engine=engine,
-                )
+        limits and runs each stream through the core's loop (`guard.stream`), as `stream`
+        runs its own."""
+        timing, guard = self._guard(model, request_id, observer)
+        with self._recording(timing, guard):
+            async with guard.admitted(model, route):
                 yield guard
-                timing.responded()
-                timing.complete = True
+            timing.responded()
+            timing.complete = True
+
+    def _guard(
+        self, model: ServingModel, request_id: str, observer: GenerationObserver | None
+    ) -> tuple[RequestTiming, RequestGuard]:
+        """A request's timing, and its guard with the server's limits and deadline."""
+        timing = RequestTiming(model.name, model.version, client_id(observer, request_id))
+        guard = RequestGuard(request_id, self.limits, observer, self.timeout_seconds, timing=timing)
+        return timing, guard
+
+    @contextmanager
+    def _recording(self, timing: RequestTiming, guard: RequestGuard) -> Iterator[None]:
+        """Record the request's statistics when it ends: an error is a failure (one of its
+        streams' too), and so is a request closed before its response was complete (the
+        client went away: Triton's cancellation)."""
+        try:
+            yield
         except Exception as exc:
             timing.fail(exc)
             raise
         finally:
-            failure = None if guard is None else guard.failure or guard.engine_error
+            failure = guard.failure or guard.engine_error
             if failure is not None and not timing.failed:
                 timing.fail(failure)
-            self._record(timing)
+            if not (timing.complete or timing.failed):
+                timing.cancelled = timing.failed = True
+            if self.statistics is not None:
+                timing.finish()
+                self.statistics.record_request(timing)
 
     def _start(
-        self, engine: InferenceEngine, request: GenerationRequest
+        self, engine: InferenceEngine, request: ValidRequest
     ) -> AsyncGenerator[GenerationChunk, None]:
-        """Check the admitted request against the limits and the engine it was routed to,
-        then start it there."""
-        check_request(request, engine, self.limits)
+        """Check the admitted request against the engine it was routed to, then start it
+        there."""
+        check_context(request, engine)
         if request.chat_template:
             prompt = engine.render_chat_prompt(request.prompt)
             request = dataclasses.replace(request, prompt=prompt, chat_template=False)
-        chunks = engine.generate(request)
-        if self.timeout_seconds is not None:
-            chunks = with_deadline(chunks, self.timeout_seconds)
-        return chunks
-
-
-def observe(observer: GenerationObserver, chunk: GenerationChunk) -> None:
-    observer.record_chunk(chunk.num_prompt_tokens, sum(c.num_tokens for c in chunk.completions))
+        return engine.generate(request)
 
 
 def client_id(observer: GenerationObserver | None, request_id: str) -> str:

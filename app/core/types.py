@@ -25,12 +25,15 @@ class LoraAdapter:
 
 
 @dataclass(slots=True)
-class GenerationRequest:
-    """One request as every frontend hands it to the core.
+class ValidRequest:
+    """One request as every frontend hands it to the core: built once per request by its
+    protocol's frontend, which checked it against the server's limits (`check_sampling`).
 
-    `sampling` holds vLLM `SamplingParams` field values as the client gave them (types
-    checked by the frontend's schema); the engine adapter validates them as a whole.
-    `stream` is the one place the "deltas or one response" choice is made.
+    `sampling` holds the engine-bound vLLM `SamplingParams` values as the client gave them
+    (types checked by the frontend's schema); the engine adapter converts them as a whole.
+    What the core itself reads is typed: `n`, `max_tokens` (read once from `sampling`),
+    `stream` (the one place the "deltas or one response" choice is made), the adapter, the
+    images and the outputs wanted.
     """
 
     request_id: str
@@ -41,6 +44,8 @@ class GenerationRequest:
     """Wrap `prompt` as one user turn in the model's chat template before generating."""
     images: list[Any] = field(default_factory=list)
     lora: LoraAdapter | None = None
+    outputs: frozenset[str] = frozenset()
+    """The outputs the client wants, by its protocol's names (the formatter's business)."""
     parameters_field: str = "parameters"
     """Where the client put `sampling`, so that errors name the field as the client wrote it."""
     on_accepted: Callable[[], None] | None = None
@@ -48,10 +53,14 @@ class GenerationRequest:
     first chunk: a stream can start then, rather than after the first token."""
     instance_pin: str | None = None
     """The instance the client asked for (the pin header's value), where pins are allowed."""
+    n: int = field(init=False)
+    """Completions asked for (`sampling["n"]`, else 1)."""
+    max_tokens: int | None = field(init=False)
+    """New tokens at most per completion (`sampling["max_tokens"]`; None: the engine's)."""
 
-    @property
-    def n(self) -> int:
-        return int(self.sampling.get("n") or 1)
+    def __post_init__(self) -> None:
+        self.n = integer(self.sampling.get("n")) or 1
+        self.max_tokens = integer(self.sampling.get("max_tokens"))
 
     def route(self) -> RouteHint:
         """What the request is routed to a model's instance by: its prompt (as the client
@@ -63,6 +72,15 @@ class GenerationRequest:
             pin=self.instance_pin,
             chat_template=self.chat_template,
         )
+
+
+GenerationRequest = ValidRequest
+"""The name engines outside `app` (bench/fast_engine.py) know the request by."""
+
+
+def integer(value: Any) -> int | None:
+    """An integer value (bools and other types are the schema's to refuse)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(slots=True)
@@ -98,7 +116,7 @@ class InferenceEngine(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+    def generate(self, request: ValidRequest) -> AsyncGenerator[GenerationChunk, None]:
         """Yield delta chunks (`request.stream`) or a single final chunk until the request
         finishes. Raises `InvalidRequestError` (naming the field) for parameters the engine
         rejects, before the first chunk and before calling `request.on_accepted` (an engine

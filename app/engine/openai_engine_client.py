@@ -10,7 +10,7 @@ from typing import Any
 
 from vllm.sampling_params import RequestOutputKind
 
-from app.core.guard import RequestGuard
+from app.core.guard import OutputReading, RequestGuard
 from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
 from app.engine.openai_acceptance import Acceptances
 from app.engine.timeline import engine_timeline
@@ -90,12 +90,7 @@ class GuardedEngineClient:
             self._grammar_checks.append(check)
             outputs = grammar_checked(check, outputs, sampling_params)
         return self._guard.stream(
-            outputs,
-            token_counts,
-            quiet=streaming,
-            on_start=remember,
-            on_end=forget,
-            timeline=engine_timeline,
+            outputs, ENGINE_OUTPUTS, quiet=streaming, on_start=remember, on_end=forget
         )
 
 
@@ -140,3 +135,8 @@ def fits(value: Any) -> bool:
 def token_counts(output: Any) -> tuple[int, int]:
     """A `RequestOutput`'s prompt tokens and new tokens (DELTA or FINAL_ONLY outputs)."""
     return len(output.prompt_token_ids or ()), sum(len(c.token_ids) for c in output.outputs)
+
+
+ENGINE_OUTPUTS: OutputReading[Any] = OutputReading(token_counts, engine_timeline)
+"""vLLM's `RequestOutput`s as the core's loop reads them (vLLM's serving code makes the
+responses, so the request's end says when it was complete)."""

@@ -20,7 +20,7 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.load_view import EngineSignals
 from app.core.migration import EngineHandover
-from app.core.types import GenerationChunk, GenerationRequest
+from app.core.types import GenerationChunk, ValidRequest
 from app.engine.accepting_llm import AcceptingAsyncLLM
 from app.engine.capacity import admission_capacity
 from app.engine.client_slot import ClientSlot, CoreBroker
@@ -325,7 +325,7 @@ class VllmEngine:
         except Exception as exc:
             raise EngineUnhealthyError() from exc
 
-    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+    async def generate(self, request: ValidRequest) -> AsyncGenerator[GenerationChunk, None]:
         if self._llm is None:
             raise EngineUnhealthyError()
         sampling_params = to_sampling_params(

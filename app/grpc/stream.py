@@ -143,7 +143,7 @@ class StreamSession:
         triton = triton_request(body, model, ONE_RESPONSE_UNLESS_STREAM, generation.limits)
         triton.generation.instance_pin = self._pin
         responses = StreamResponses(triton, options, model.name, model.version, request.id)
-        chunks = generation.generate(model, triton.generation, log)
+        chunks = generation.stream(model, triton.generation, log)
         held: service_pb2.ModelStreamInferResponse | None = None
         try:
             async for chunk in chunks:

@@ -62,7 +62,7 @@ async def open_responses(
         request = dataclasses.replace(request, on_accepted=accept)
     builder = ResponseBuilder(triton, model.name, model.version)
     responses = backend_responses(
-        builder, context.generation.generate(model, request, context.log), context.log
+        builder, context.generation.stream(model, request, context.log), context.log
     )
     first = asyncio.ensure_future(anext(responses))
     try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.limits import RequestLimits, check_count, check_name, check_sampling
-from app.core.types import GenerationRequest, LoraAdapter
+from app.core.types import LoraAdapter, ValidRequest
 from app.errors import InvalidRequestError
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest, SamplingParameters
@@ -55,7 +55,7 @@ class TritonRequest:
     """A generate request in the backend's terms: the neutral request for the core, and what
     the response must hold."""
 
-    generation: GenerationRequest
+    generation: ValidRequest
     text_input: str
     prepend_input: bool
     outputs: OutputOptions
@@ -105,7 +105,7 @@ def triton_request(
     logprobs_requested = parameters.get("logprobs") is not None
     if outputs.cumulative_logprob and not logprobs_requested:
         parameters["logprobs"] = 0
-    generation = GenerationRequest(
+    generation = ValidRequest(
         request_id=uuid.uuid4().hex,
         prompt=body.text_input,
         sampling=parameters,

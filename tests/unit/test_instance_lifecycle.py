@@ -182,7 +182,7 @@ async def test_a_drain_lets_requests_finish_then_aborts_each_on_its_instance(
         request = triton_request(body, model, StreamPolicy(default=False)).generation
         request.request_id = request_id
         try:
-            async for _ in GenerationService().generate(model, request):
+            async for _ in GenerationService().stream(model, request):
                 return "done"
         except ServerError as exc:
             return exc.message

@@ -132,7 +132,7 @@ async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Pa
         )
         request = triton_request(body, model, StreamPolicy(default=False))
         try:
-            async for chunk in GenerationService().generate(model, request.generation):
+            async for chunk in GenerationService().stream(model, request.generation):
                 return ResponseBuilder(request, model.name, model.version).build(chunk)
         except ServerError as exc:
             return AnsweredError(http_status(exc), exc.message)

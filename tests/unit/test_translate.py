@@ -54,7 +54,7 @@ def plan(body: dict[str, Any], stream: bool = False, model: ServedModel | None =
     )
 
     async def start() -> None:
-        outputs = GenerationService().generate(model, triton.generation)
+        outputs = GenerationService().stream(model, triton.generation)
         try:
             await anext(outputs)
         finally:
