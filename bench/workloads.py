@@ -106,18 +106,7 @@ def workload(
         return Workload(name, False, (*common, "--request-rate", rate, *random_lengths))
     if name in ("prefix", "prefix-many"):
         count = scale.many_prefixes if name == "prefix-many" else scale.prefixes
-        prefixes = (
-            "--dataset-name",
-            "prefix_repetition",
-            "--prefix-repetition-prefix-len",
-            str(scale.prefix_len),
-            "--prefix-repetition-suffix-len",
-            str(scale.suffix_len),
-            "--prefix-repetition-num-prefixes",
-            str(share(count, clients)),
-            "--prefix-repetition-output-len",
-            str(scale.output_len),
-        )
+        prefixes = prefix_arguments(scale, share(count, clients))
         return Workload(name, False, (*common, *closed, *prefixes))
     if name == "chat":
         path = data / f"chat-{index}.jsonl"
@@ -134,6 +123,22 @@ def workload(
         )
         return Workload(name, True, (*common, *closed, *chats))
     raise ValueError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
+
+
+def prefix_arguments(scale: Scale, prefixes: int) -> tuple[str, ...]:
+    """vLLM's `prefix_repetition` dataset: `prefixes` shared prefixes of the scale's length."""
+    return (
+        "--dataset-name",
+        "prefix_repetition",
+        "--prefix-repetition-prefix-len",
+        str(scale.prefix_len),
+        "--prefix-repetition-suffix-len",
+        str(scale.suffix_len),
+        "--prefix-repetition-num-prefixes",
+        str(prefixes),
+        "--prefix-repetition-output-len",
+        str(scale.output_len),
+    )
 
 
 def tokenizer_words(tokenizer_json: Path) -> list[str]:
