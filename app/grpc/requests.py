@@ -1,6 +1,6 @@
-"""A `ModelInferRequest` as the backend reads it: its input tensors and request parameters
-become the same `GenerateRequest` the HTTP frontend builds (its fields are the backend's
-input names), so the Triton semantics live in app/triton only."""
+"""A `ModelInferRequest` off the wire: its input tensors decoded and its parameters sorted out
+as Triton's core does; the backend's reading of them is app/triton's, as it is of the HTTP
+body's fields."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from app.errors import InvalidRequestError
-from app.grpc.tensors import OUTPUT_DATATYPES, decode_inputs
-from app.schemas.generate import GenerateRequest
-from app.schemas.validation import validate_data
+from app.grpc.tensors import INPUTS, decode_inputs
+from app.triton.inputs import SAMPLING_PARAMETERS
+from app.triton.tensors import OUTPUT_NAMES
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 RESERVED_PARAMETERS = frozenset(
@@ -20,34 +20,39 @@ RESERVED_PARAMETERS = frozenset(
 )
 """Request parameters Triton's core reads itself; they never reach the backend."""
 BACKEND_PARAMETER_KINDS = frozenset({"bool_param", "int64_param", "string_param", "double_param"})
-LIST_INPUTS = frozenset({"image"})
+LIST_INPUTS = frozenset(name for name, tensor in INPUTS.items() if tensor.dims == (-1,))
 """Inputs of any length; every other input holds one element."""
 
 
 @dataclass(frozen=True, slots=True)
-class InferOptions:
-    """What the response must honour besides the backend's reading of the request."""
+class GrpcRequest:
+    """A `ModelInferRequest` off the wire: what the backend reads, and what the response must
+    honour besides."""
 
-    empty_final_response: bool = False
+    inputs: dict[str, Any]
+    """Each input's value by name (a list for `image`, else its one element)."""
+    parameters: dict[str, Any] | None
+    """The request's parameters where they are the sampling parameters: without the
+    `sampling_parameters` tensor (as in the backend)."""
     requested_outputs: frozenset[str] = frozenset()
-    """Outputs the client named; empty means every output the backend produces."""
+    """The outputs the client named (none: every output it asked for)."""
+    empty_final_response: bool = False
 
 
-def read_request(request: service_pb2.ModelInferRequest) -> tuple[GenerateRequest, InferOptions]:
-    """The request's `GenerateRequest` and options; a bad input or parameter is an
-    `InvalidRequestError` naming it. Request parameters are the sampling parameters only
-    when the `sampling_parameters` tensor is absent (as in the backend)."""
+def read_request(request: service_pb2.ModelInferRequest) -> GrpcRequest:
+    """The request's inputs and parameters; a bad tensor or parameter, or an unknown output,
+    is an `InvalidRequestError` naming it."""
     parameters, empty_final = request_parameters(request)
-    inputs = decode_inputs(request)
-    body: dict[str, Any] = {
-        name: elements if name in LIST_INPUTS else elements[0] for name, elements in inputs.items()
+    tensors = decode_inputs(request)
+    inputs: dict[str, Any] = {
+        name: elements if name in LIST_INPUTS else elements[0] for name, elements in tensors.items()
     }
-    if "sampling_parameters" not in body and parameters:
-        body["parameters"] = parameters
-    options = InferOptions(
-        empty_final_response=empty_final, requested_outputs=requested_outputs(request)
+    return GrpcRequest(
+        inputs,
+        None if SAMPLING_PARAMETERS in inputs or not parameters else parameters,
+        requested_outputs(request),
+        empty_final,
     )
-    return validate_data(GenerateRequest, body), options
 
 
 def request_parameters(request: service_pb2.ModelInferRequest) -> tuple[dict[str, Any], bool]:
@@ -83,7 +88,7 @@ def request_parameters(request: service_pb2.ModelInferRequest) -> tuple[dict[str
 def requested_outputs(request: service_pb2.ModelInferRequest) -> frozenset[str]:
     names = frozenset(output.name for output in request.outputs)
     for name in names:
-        if name not in OUTPUT_DATATYPES:
+        if name not in OUTPUT_NAMES:
             raise InvalidRequestError(
                 f"unexpected inference output '{name}' for model '{request.model_name}'"
             )

@@ -1,73 +1,45 @@
-"""The backend's output fields as `ModelStreamInferResponse` messages: typed output tensors
-in `raw_output_contents`, the request's id, and `triton_final_response` on every response."""
+"""The backend's outputs as `ModelStreamInferResponse` messages: typed output tensors in
+`raw_output_contents`, the request's id, and `triton_final_response` on every response."""
 
 from __future__ import annotations
 
 from tritonclient.grpc import service_pb2
 
 from app.core.types import GenerationChunk
-from app.grpc.requests import InferOptions
-from app.grpc.tensors import OUTPUT_DATATYPES, encode_output
-from app.triton.inputs import OutputOptions, TritonRequest
+from app.grpc.tensors import encode_output
 from app.triton.outputs import ResponseBuilder
 
 FINAL_RESPONSE = "triton_final_response"
-SCALAR_OUTPUTS = frozenset({"num_input_tokens"})
-"""Outputs the backend sends as 0-d arrays (shape `[]`); the others hold one value per
-completion."""
-
-
-def produced_outputs(options: OutputOptions) -> set[str]:
-    """`text_output` always; each additional output only when its `return_*` input is true."""
-    produced = {"text_output"}
-    for name in (
-        "finish_reason",
-        "cumulative_logprob",
-        "logprobs",
-        "num_input_tokens",
-        "num_output_tokens",
-    ):
-        if getattr(options, name):
-            produced.add(name)
-    return produced
 
 
 class StreamResponses:
     """Builds one request's responses: a template of the fixed parts (names, datatypes,
-    shapes, id) copied per chunk, and the chunk's fields encoded as raw tensors."""
+    shapes, id) copied per chunk, and the values of the chunk's outputs encoded as raw
+    tensors. An output of one value per request has the backend's shape `[]`; the others
+    hold one value per completion."""
 
-    def __init__(
-        self,
-        request: TritonRequest,
-        options: InferOptions,
-        model_name: str,
-        model_version: str,
-        request_id: str,
-    ) -> None:
-        self._builder = ResponseBuilder(request, model_name, model_version, scalars=False)
-        produced = produced_outputs(request.outputs)
-        requested = options.requested_outputs
-        self._outputs = [
-            (name, datatype)
-            for name, datatype in OUTPUT_DATATYPES.items()
-            if name in produced and (not requested or name in requested)
-        ]
+    def __init__(self, builder: ResponseBuilder, request_id: str) -> None:
+        self._builder = builder
+        self._datatypes = [output.datatype for output in builder.outputs]
         self._template = service_pb2.ModelInferResponse(
-            model_name=model_name, model_version=model_version, id=request_id
+            model_name=builder.model_name, model_version=builder.model_version, id=request_id
         )
         self._template.parameters[FINAL_RESPONSE].bool_param = False
-        for name, datatype in self._outputs:
-            shape = [] if name in SCALAR_OUTPUTS else [request.n]
-            self._template.outputs.add(name=name, datatype=datatype, shape=shape)
+        for output in builder.outputs:
+            shape = [builder.n] if output.per_completion else []
+            self._template.outputs.add(name=output.name, datatype=output.datatype, shape=shape)
 
     def response(self, chunk: GenerationChunk) -> service_pb2.ModelStreamInferResponse:
         """The (not final) response for one chunk."""
-        fields = self._builder.build(chunk)
+        values = self._builder.values(chunk)
         message = service_pb2.ModelStreamInferResponse()
         infer = message.infer_response
         infer.CopyFrom(self._template)
         infer.raw_output_contents.extend(
-            [encode_output(datatype, fields[name]) for name, datatype in self._outputs]
+            [
+                encode_output(datatype, value)
+                for datatype, value in zip(self._datatypes, values, strict=True)
+            ]
         )
         return message
 

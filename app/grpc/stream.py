@@ -25,7 +25,9 @@ from app.grpc.status import status_code
 from app.observability.access_log import RequestLog, write_access_log
 from app.runtime import Runtime
 from app.security.redaction import without_dumps
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import read_inputs
+from app.triton.outputs import ResponseBuilder
+from app.triton.request import StreamPolicy, triton_request
 
 logger = logging.getLogger(__name__)
 
@@ -137,13 +139,15 @@ class StreamSession:
         chunk's response is written final once the core has ended the request cleanly."""
         model = self._runtime.registry.get(request.model_name, request.model_version)
         log.model, log.version = model.name, model.version
-        body, options = read_request(request)
-        log.prompt = body.text_input
-        generation = self._runtime.generation
-        triton = triton_request(body, model, ONE_RESPONSE_UNLESS_STREAM, generation.limits)
-        triton.generation.instance_pin = self._pin
-        responses = StreamResponses(triton, options, model.name, model.version, request.id)
-        chunks = generation.stream(model, triton.generation, log)
+        given = read_request(request)
+        log.prompt = given.inputs.get("text_input")
+        limits = self._runtime.generation.limits
+        inputs = read_inputs(given.inputs, given.parameters, limits, None, given.requested_outputs)
+        triton = triton_request(inputs, model, ONE_RESPONSE_UNLESS_STREAM, limits)
+        triton.request.instance_pin = self._pin
+        builder = ResponseBuilder(triton, model.name, model.version, scalars=False)
+        responses = StreamResponses(builder, request.id)
+        chunks = self._runtime.generation.stream(model, triton.request, log)
         held: service_pb2.ModelStreamInferResponse | None = None
         try:
             async for chunk in chunks:
@@ -157,7 +161,7 @@ class StreamSession:
                     await self._write(message)
         finally:
             await chunks.aclose()
-        if options.empty_final_response:
+        if given.empty_final_response:
             if held is not None:
                 await self._write(held)
             await self._write(responses.empty_final())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,30 +14,11 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from app.errors import InvalidRequestError
-from app.triton.model_config import BACKEND_INPUTS, BACKEND_OUTPUTS
+from app.triton.tensors import INPUTS as TRITON_INPUTS
+from app.triton.tensors import TritonInput
 
-
-def kserve_datatype(config_type: str) -> str:
-    """config.pbtxt's TYPE_STRING is KServe's BYTES; TYPE_FP32 is FP32, ..."""
-    name = config_type.removeprefix("TYPE_")
-    return "BYTES" if name == "STRING" else name
-
-
-@dataclass(frozen=True, slots=True)
-class InputSpec:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    optional: bool
-
-
-INPUTS = {
-    name: InputSpec(name, kserve_datatype(data_type), tuple(dims), optional)
-    for name, data_type, dims, optional in BACKEND_INPUTS
-}
-REQUIRED_INPUTS = [spec.name for spec in INPUTS.values() if not spec.optional]
-OUTPUT_DATATYPES = {name: kserve_datatype(data_type) for name, data_type, _ in BACKEND_OUTPUTS}
-"""Output name -> KServe datatype, in the backend's order."""
+INPUTS = {tensor.name: tensor for tensor in TRITON_INPUTS}
+REQUIRED_INPUTS = [tensor.name for tensor in TRITON_INPUTS if not tensor.optional]
 
 
 def request_label(request: service_pb2.ModelInferRequest) -> str:
@@ -83,7 +63,7 @@ def decode_inputs(request: service_pb2.ModelInferRequest) -> dict[str, list[Any]
     return values
 
 
-def check_tensor(request: service_pb2.ModelInferRequest, tensor: Any, spec: InputSpec) -> None:
+def check_tensor(request: service_pb2.ModelInferRequest, tensor: Any, spec: TritonInput) -> None:
     """Data type and shape against the model's input (`-1` is any size)."""
     if tensor.datatype != spec.datatype:
         raise InvalidRequestError(
@@ -93,13 +73,13 @@ def check_tensor(request: service_pb2.ModelInferRequest, tensor: Any, spec: Inpu
         )
     shape = tuple(tensor.shape)
     if (
-        len(shape) != len(spec.shape)
-        or any(d != e and e != -1 for d, e in zip(shape, spec.shape, strict=True))
+        len(shape) != len(spec.dims)
+        or any(d != e and e != -1 for d, e in zip(shape, spec.dims, strict=True))
         or min(shape, default=0) < 0
     ):
         raise InvalidRequestError(
             f"{request_label(request)}unexpected shape for input '{spec.name}' for model "
-            f"'{request.model_name}'. Expected {list(spec.shape)}, got {list(shape)}. "
+            f"'{request.model_name}'. Expected {list(spec.dims)}, got {list(shape)}. "
         )
 
 
@@ -115,13 +95,13 @@ def check_required(request: service_pb2.ModelInferRequest, values: dict[str, lis
         )
 
 
-def decode_raw(spec: InputSpec, data: bytes) -> list[Any]:
+def decode_raw(spec: TritonInput, data: bytes) -> list[Any]:
     if spec.datatype == "BOOL":
         return [byte != 0 for byte in data]
     return [text(spec.name, element) for element in split_bytes(spec.name, data)]
 
 
-def decode_contents(spec: InputSpec, contents: service_pb2.InferTensorContents) -> list[Any]:
+def decode_contents(spec: TritonInput, contents: service_pb2.InferTensorContents) -> list[Any]:
     if spec.datatype == "BOOL":
         return list(contents.bool_contents)
     return [text(spec.name, element) for element in contents.bytes_contents]

@@ -40,7 +40,7 @@ from app.routes.sse import (
 )
 from app.schemas.generate import GenerateRequest, GenerateResponse
 from app.security.restrictions import ApiGroup, api_group
-from app.triton.inputs import StreamPolicy
+from app.triton.request import StreamPolicy
 
 router = APIRouter(tags=["generate"])
 

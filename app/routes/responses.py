@@ -20,8 +20,9 @@ from app.http.disconnect import ClientDisconnected, until_disconnect
 from app.observability.access_log import RequestLog
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import body_inputs
 from app.triton.outputs import ResponseBuilder
+from app.triton.request import StreamPolicy, triton_request
 
 Responses = AsyncGenerator[dict[str, Any], None]
 
@@ -50,8 +51,9 @@ async def open_responses(
             body.text_input,
         )
     engine_accepted = asyncio.get_running_loop().create_future()
-    triton = triton_request(body, model, policy, context.generation.limits)
-    request = triton.generation
+    limits = context.generation.limits
+    triton = triton_request(body_inputs(body, limits), model, policy, limits)
+    request = triton.request
     request.instance_pin = context.request.headers.get(PIN_HEADER)
     if request.stream:
 

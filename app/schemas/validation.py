@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -47,6 +48,27 @@ def validate_data(
         return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         raise invalid_request(exc, location) from exc
+
+
+def json_text(text: str, location: str) -> Any:
+    """JSON carried inside a string field, or a 400 naming the field (a lone surrogate
+    escaped in it too)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{location}: invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequestError(f"{location}: JSON nested too deeply") from exc
+    check_unicode(value, location)
+    return value
+
+
+def json_object_text(text: str, location: str) -> dict[str, Any]:
+    """A JSON object carried inside a string field, or a 400 naming the field."""
+    value = json_text(text, location)
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{location}: must be a JSON object")
+    return value
 
 
 def check_unicode(data: Any, location: str = "") -> None:

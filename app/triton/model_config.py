@@ -1,4 +1,5 @@
-"""Triton's view of a vLLM model: the backend's inputs and outputs, metadata and config JSON."""
+"""Triton's view of a vLLM model: its config as Triton completes it (the backend's inputs and
+outputs from app/triton/tensors.py), metadata and config JSON."""
 
 from __future__ import annotations
 
@@ -9,34 +10,16 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 from app.repository.layout import ModelSpec
+from app.triton.tensors import BYTES, INPUTS, OUTPUTS
 
 BACKEND = "vllm"
 ENGINE_NOTE_PREFIX = "engine_"
 """Parameters naming the engine arguments the server chose for this host (e.g. engine_dtype)."""
-STRING, BOOL = "TYPE_STRING", "TYPE_BOOL"
 
-BACKEND_INPUTS: tuple[tuple[str, str, list[int], bool], ...] = (
-    ("text_input", STRING, [1], False),
-    ("image", STRING, [-1], True),
-    ("stream", BOOL, [1], True),
-    ("sampling_parameters", STRING, [1], True),
-    ("exclude_input_in_output", BOOL, [1], True),
-    ("return_finish_reason", BOOL, [1], True),
-    ("return_cumulative_logprob", BOOL, [1], True),
-    ("return_logprobs", BOOL, [1], True),
-    ("return_num_input_tokens", BOOL, [1], True),
-    ("return_num_output_tokens", BOOL, [1], True),
-)
-"""(name, data type, dims, optional) of every input the backend's auto-complete adds."""
 
-BACKEND_OUTPUTS: tuple[tuple[str, str, list[int]], ...] = (
-    ("text_output", STRING, [-1]),
-    ("finish_reason", STRING, [-1]),
-    ("cumulative_logprob", "TYPE_FP32", [-1]),
-    ("logprobs", STRING, [-1]),
-    ("num_input_tokens", "TYPE_UINT32", [1]),
-    ("num_output_tokens", "TYPE_UINT32", [-1]),
-)
+def config_type(datatype: str) -> str:
+    """KServe's BYTES is config.pbtxt's TYPE_STRING; FP32 is TYPE_FP32, ..."""
+    return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
 
 
 def completed_config(spec: ModelSpec) -> Message:
@@ -48,19 +31,21 @@ def completed_config(spec: ModelSpec) -> Message:
     config.max_batch_size = 0
     config.model_transaction_policy.decoupled = True
     present_inputs = {tensor.name for tensor in config.input}
-    for name, data_type, dims, optional in BACKEND_INPUTS:
-        if name not in present_inputs:
+    for tensor in INPUTS:
+        if tensor.name not in present_inputs:
             config.input.add(
-                name=name,
-                data_type=model_config_pb2.DataType.Value(data_type),
-                dims=dims,
-                optional=optional,
+                name=tensor.name,
+                data_type=model_config_pb2.DataType.Value(config_type(tensor.datatype)),
+                dims=tensor.dims,
+                optional=tensor.optional,
             )
-    present_outputs = {tensor.name for tensor in config.output}
-    for name, data_type, dims in BACKEND_OUTPUTS:
-        if name not in present_outputs:
+    present_outputs = {output.name for output in config.output}
+    for output in OUTPUTS:
+        if output.name not in present_outputs:
             config.output.add(
-                name=name, data_type=model_config_pb2.DataType.Value(data_type), dims=dims
+                name=output.name,
+                data_type=model_config_pb2.DataType.Value(config_type(output.datatype)),
+                dims=output.dims,
             )
     if not config.instance_group:
         config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_MODEL)

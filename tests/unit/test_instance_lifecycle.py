@@ -22,7 +22,8 @@ from app.repository.registry import LifecycleOptions, ModelRegistry
 from app.repository.served_model import ModelState
 from app.schemas.generate import GenerateRequest
 from app.settings import Settings
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import body_inputs
+from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine
 from tests.support.clients import portal_of, runtime_of, started_clients
 from tests.support.repository import EXPLICIT_CONTROL, write_model
@@ -179,7 +180,7 @@ async def test_a_drain_lets_requests_finish_then_aborts_each_on_its_instance(
         body = GenerateRequest.model_validate(
             {"text_input": "x", "parameters": {"max_tokens": max_tokens}}
         )
-        request = triton_request(body, model, StreamPolicy(default=False)).generation
+        request = triton_request(body_inputs(body), model, StreamPolicy(default=False)).request
         request.request_id = request_id
         try:
             async for _ in GenerationService().stream(model, request):

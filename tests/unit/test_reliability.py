@@ -18,8 +18,9 @@ from app.errors import ServerError
 from app.http.errors import http_status
 from app.repository.registry import LifecycleOptions, ModelRegistry
 from app.schemas.generate import GenerateRequest
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import body_inputs
 from app.triton.outputs import ResponseBuilder
+from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine
 from tests.support.repository import EXPLICIT_CONTROL, write_model
 from tests.support.waiting import wait_until
@@ -130,9 +131,9 @@ async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Pa
         body = GenerateRequest.model_validate(
             {"text_input": "x", "parameters": {"max_tokens": max_tokens}}
         )
-        request = triton_request(body, model, StreamPolicy(default=False))
+        request = triton_request(body_inputs(body), model, StreamPolicy(default=False))
         try:
-            async for chunk in GenerationService().stream(model, request.generation):
+            async for chunk in GenerationService().stream(model, request.request):
                 return ResponseBuilder(request, model.name, model.version).build(chunk)
         except ServerError as exc:
             return AnsweredError(http_status(exc), exc.message)

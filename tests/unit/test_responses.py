@@ -11,8 +11,9 @@ from app.core.types import CompletionDelta, GenerationChunk
 from app.repository.layout import ModelSpec
 from app.repository.served_model import ModelState, ServedModel
 from app.schemas.generate import GenerateRequest
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import body_inputs
 from app.triton.outputs import ResponseBuilder
+from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine
 
 ALL_OUTPUTS = {
@@ -28,7 +29,7 @@ def builder(body: dict[str, Any], stream: bool) -> ResponseBuilder:
     spec = ModelSpec(name="m", version="2", version_path=Path("."), engine_args={})
     model = ServedModel(spec=spec, engine=FakeEngine(), state=ModelState.READY)
     request = triton_request(
-        GenerateRequest.model_validate(body), model, StreamPolicy(default=stream)
+        body_inputs(GenerateRequest.model_validate(body)), model, StreamPolicy(default=stream)
     )
     return ResponseBuilder(request, "m", "2")
 

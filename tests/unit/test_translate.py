@@ -18,7 +18,8 @@ from app.errors import InvalidRequestError
 from app.repository.layout import ModelSpec
 from app.repository.served_model import ModelState, ServedModel
 from app.schemas.generate import GenerateRequest
-from app.triton.inputs import StreamPolicy, triton_request
+from app.triton.inputs import body_inputs
+from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine, ReceivedRequest
 
 
@@ -50,11 +51,11 @@ def plan(body: dict[str, Any], stream: bool = False, model: ServedModel | None =
     show what the engine received."""
     model = model or served()
     triton = triton_request(
-        GenerateRequest.model_validate(body), model, StreamPolicy(default=stream)
+        body_inputs(GenerateRequest.model_validate(body)), model, StreamPolicy(default=stream)
     )
 
     async def start() -> None:
-        outputs = GenerationService().stream(model, triton.generation)
+        outputs = GenerationService().stream(model, triton.request)
         try:
             await anext(outputs)
         finally:
