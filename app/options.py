@@ -4,11 +4,14 @@ settings (docs/architecture.md); the composition root (app/main.py) hands these 
 from __future__ import annotations
 
 from app.core.limits import RequestLimits
+from app.engine.engine_options import EngineOptions
 from app.engine.worker_pool import WorkerOptions
 from app.grpc.server import GrpcOptions, GrpcTls
+from app.observability.log_control import LogSettings
 from app.repository.overrides import OverrideLimits
 from app.repository.registry import LifecycleOptions, ModelControl
 from app.repository.supervision import RestartPolicy
+from app.runtime import ServingOptions
 from app.settings import Settings
 
 
@@ -57,13 +60,38 @@ def request_limits(settings: Settings) -> RequestLimits:
     )
 
 
-def grammar_worker_options(settings: Settings) -> WorkerOptions:
-    """The engines' grammar workers: how many, their memory bound, the compile deadline."""
-    return WorkerOptions(
-        workers=settings.grammar_workers,
-        memory_mb=settings.grammar_worker_memory_mb,
-        job_seconds=settings.grammar_compile_timeout_seconds,
+def engine_options(settings: Settings) -> EngineOptions:
+    """The vLLM engines': KV cache on CPU hosts, `vllm:` metrics, Ray, and their grammar
+    workers (how many, their memory bound, the compile deadline)."""
+    return EngineOptions(
+        cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
+        report_all_metrics=settings.report_custom_metrics,
+        ray_address=settings.ray_address,
+        grammar_workers=WorkerOptions(
+            workers=settings.grammar_workers,
+            memory_mb=settings.grammar_worker_memory_mb,
+            job_seconds=settings.grammar_compile_timeout_seconds,
+        ),
     )
+
+
+def serving_options(settings: Settings) -> ServingOptions:
+    """What runs around serving: the metrics port, the heap freeze, Triton's poll mode."""
+    poll = settings.model_control_mode == "poll"
+    return ServingOptions(
+        metrics_address=settings.metrics_address or settings.host,
+        metrics_port=settings.metrics_port if settings.allow_metrics else 0,
+        freeze_heap=settings.freeze_gc_heap,
+        poll_seconds=settings.repository_poll_secs if poll else None,
+        poll_models=settings.models or None,
+    )
+
+
+def log_settings(settings: Settings) -> LogSettings:
+    """LOG_LEVEL and Triton's --log-verbose, --log-info, --log-warning, --log-error and
+    --log-format (changed later by the logging extension)."""
+    switches = (settings.log_verbose, settings.log_info, settings.log_warning, settings.log_error)
+    return LogSettings.of(settings.log_level, settings.log_format, *switches)
 
 
 def startup_models(settings: Settings) -> list[str] | None:

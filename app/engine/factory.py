@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry
 
 from app.core.types import InferenceEngine
 from app.engine.client_slot import CoreBroker
+from app.engine.engine_args import vllm_engine_args
+from app.engine.engine_options import EngineOptions
+from app.engine.grammars import configure_grammar_workers
 from app.engine.metrics import MetricsProvider
 from app.engine.vllm_engine import VllmEngine
-from app.repository.layout import ModelSpec
+from app.repository.layout import EngineArgsCheck, ModelSpec
 
 REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
 
@@ -48,3 +53,19 @@ class VllmEngines:
     def forget(self, spec: ModelSpec) -> None:
         """Drop an unloaded model's `vllm:` series, as Triton does."""
         self._provider.remove(spec.name, spec.version)
+
+
+def vllm_engines(
+    metrics_registry: CollectorRegistry, options: EngineOptions, cores: CoreBroker | None = None
+) -> tuple[VllmEngines, EngineArgsCheck, Callable[[ModelSpec], None]]:
+    """vLLM's engines for the model registry, its check of model.json and what to forget of
+    an unloaded model; the engines' grammar workers set up as `options` say."""
+    configure_grammar_workers(options.grammar_workers)
+    engines = VllmEngines(
+        metrics_registry,
+        cpu_kvcache_space_gib=options.cpu_kvcache_space_gib,
+        report_all_metrics=options.report_all_metrics,
+        ray_address=options.ray_address,
+        cores=cores,
+    )
+    return engines, vllm_engine_args, engines.forget

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.http.connections import ConnectionLimits, ConnectionTable, GuardedHttpProtocol
+from app.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,20 @@ class HttpTransport:
         if self.client_ca is not None:
             options.update(ssl_ca_certs=str(self.client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
         return options
+
+
+def http_transport(settings: Settings) -> HttpTransport:
+    """The HTTP port's TLS and each connection's limits, as the settings say."""
+    limits = ConnectionLimits(
+        settings.http_header_timeout_seconds,
+        settings.max_request_header_bytes,
+        settings.http_body_timeout_seconds,
+        settings.max_http_connections,
+    )
+    return HttpTransport(
+        settings.http_ssl_certfile,
+        settings.http_ssl_keyfile,
+        settings.http_ssl_ca_certs,
+        limits,
+        settings.http_keep_alive_seconds,
+    )
