@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
 from typing import Any
@@ -13,7 +12,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.errors import InvalidRequestError, did_you_mean
-from app.schemas.validation import check_unicode, invalid_request
+from app.schemas.validation import invalid_request, json_object_text
 
 HIDDEN_SAMPLING_FIELDS = frozenset(
     {
@@ -88,13 +87,7 @@ def structured_outputs(value: Any, where: str) -> StructuredOutputsParams:
     the engine's choice holds)."""
     field = f"{where}.structured_outputs"
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequestError(f"{field}: invalid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise InvalidRequestError(f"{field}: JSON nested too deeply") from exc
-        check_unicode(value, field)
+        value = json_object_text(value, field)
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{field}: must be a JSON object")
     try:

@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import grpc
 
-from app.errors import (
-    ForbiddenError,
-    InvalidRequestError,
-    ModelLoadError,
-    ModelNotFoundError,
-    ModelUnavailableError,
-    NotSupportedError,
-    OverloadedError,
-    PayloadTooLargeError,
-    RequestTimeoutError,
-    ServerError,
-    UnauthorizedError,
-)
+from app import errors
+from app.errors import ServerError
 
 CODE_BY_ERROR: dict[type[ServerError], grpc.StatusCode] = {
-    PayloadTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
-    NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
-    UnauthorizedError: grpc.StatusCode.UNAUTHENTICATED,
-    ForbiddenError: grpc.StatusCode.UNAVAILABLE,
-    ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
-    OverloadedError: grpc.StatusCode.UNAVAILABLE,
-    ModelUnavailableError: grpc.StatusCode.UNAVAILABLE,
-    RequestTimeoutError: grpc.StatusCode.DEADLINE_EXCEEDED,
-    ModelLoadError: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.PayloadTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.InvalidRequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
+    errors.UnauthorizedError: grpc.StatusCode.UNAUTHENTICATED,
+    errors.ForbiddenError: grpc.StatusCode.UNAVAILABLE,
+    errors.ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
+    errors.OverloadedError: grpc.StatusCode.UNAVAILABLE,
+    errors.ModelUnavailableError: grpc.StatusCode.UNAVAILABLE,
+    errors.RequestTimeoutError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.ModelLoadError: grpc.StatusCode.INVALID_ARGUMENT,
 }
 """Looked up along the exception's class hierarchy, most specific first; otherwise INTERNAL.
 Overload is UNAVAILABLE (HTTP's 503): the code gRPC clients and proxies retry."""

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.errors import NotSupportedError, ServerError
-from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep, SettingsDep
+from app.http.dependencies import RegistryDep
 from app.http.disconnect import CLIENT_CLOSED_REQUEST
 from app.repository.served_model import ServedModel
 from app.routes.bodies import GenerateBody
@@ -29,7 +29,7 @@ from app.routes.openapi_examples import (
     error_response,
 )
 from app.routes.query import generate_request_from_query, query_parameters_openapi
-from app.routes.responses import GenerationContext, open_responses
+from app.routes.responses import GenerationContext, GenerationContextDep, open_responses
 from app.routes.sse import (
     EVENT_SOURCE_FRAMING,
     TRITON_FRAMING,
@@ -73,17 +73,12 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 @api_group(ApiGroup.INFERENCE)
 async def generate(
     model_name: str,
-    request: Request,
     body: GenerateBody,
-    registry: RegistryDep,
-    generation: GenerationDep,
-    log: RequestLogDep,
+    context: GenerationContextDep,
     model_version: str | None = None,
 ) -> Response:
-    context = GenerationContext(request, generation, log)
-    responses = await open_responses(
-        context, registry.get(model_name, model_version), body, ONE_RESPONSE
-    )
+    model = context.model(model_name, model_version)
+    responses = await open_responses(context, model, body, ONE_RESPONSE)
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     first, rest = responses
@@ -106,23 +101,23 @@ async def generate(
 @api_group(ApiGroup.INFERENCE)
 async def generate_stream(
     model_name: str,
-    request: Request,
     body: GenerateBody,
-    registry: RegistryDep,
-    generation: GenerationDep,
-    log: RequestLogDep,
-    settings: SettingsDep,
+    context: GenerationContextDep,
     model_version: str | None = None,
 ) -> Response:
     """Triton's `generate_stream`: one `data: {json}` event per engine step."""
-    context = GenerationContext(request, generation, log)
-    model = registry.get(model_name, model_version)
-    return await event_stream(context, model, body, TRITON_FRAMING, settings.sse_ping_seconds)
+    model = context.model(model_name, model_version)
+    return await event_stream(context, model, body, TRITON_FRAMING)
 
 
-@router.get(
-    "/v2/models/{model_name}/generate_stream",
-    summary="Generate text as Server-Sent Events, for a browser EventSource (query parameters)",
+@model_routes(
+    router,
+    "GET",
+    "/generate_stream",
+    (
+        "Generate text as Server-Sent Events, for a browser EventSource (query parameters)",
+        "Generate text with a given model version as Server-Sent Events, for a browser EventSource",
+    ),
     description=EVENT_SOURCE_DESCRIPTION,
     response_class=EventSourceResponse,
     responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
@@ -130,58 +125,16 @@ async def generate_stream(
 )
 @api_group(ApiGroup.INFERENCE)
 async def generate_stream_get(
-    model_name: str,
-    request: Request,
-    registry: RegistryDep,
-    generation: GenerationDep,
-    log: RequestLogDep,
-    settings: SettingsDep,
+    model_name: str, context: GenerationContextDep, model_version: str | None = None
 ) -> Response:
-    """The same stream from query parameters, for `EventSource`."""
-    context = GenerationContext(request, generation, log)
-    return await event_source_stream(context, registry, model_name, None, settings.sse_ping_seconds)
-
-
-@router.get(
-    "/v2/models/{model_name}/versions/{model_version}/generate_stream",
-    summary="Generate text with a given model version "
-    "as Server-Sent Events, for a browser EventSource",
-    description=EVENT_SOURCE_DESCRIPTION,
-    response_class=EventSourceResponse,
-    responses={200: EVENT_SOURCE_RESPONSE, **ERROR_RESPONSES},
-    openapi_extra={"parameters": QUERY_PARAMETERS},
-)
-@api_group(ApiGroup.INFERENCE)
-async def generate_stream_get_version(
-    model_name: str,
-    model_version: str,
-    request: Request,
-    registry: RegistryDep,
-    generation: GenerationDep,
-    log: RequestLogDep,
-    settings: SettingsDep,
-) -> Response:
-    """The same stream of one model version from query parameters, for `EventSource`."""
-    context = GenerationContext(request, generation, log)
-    return await event_source_stream(
-        context, registry, model_name, model_version, settings.sse_ping_seconds
-    )
-
-
-async def event_source_stream(
-    context: GenerationContext,
-    registry: RegistryDep,
-    model_name: str,
-    model_version: str | None,
-    ping_seconds: int,
-) -> Response:
-    """The POST stream built from the query string, ending with `event: end`. Errors before
-    the stream starts are an `event: error` when Accept names `text/event-stream`
-    (an `EventSource` cannot read a 4xx body) and a JSON error with its status otherwise."""
+    """The same stream from query parameters, for `EventSource`: the POST stream built from
+    the query string, ending with `event: end`. Errors before the stream starts are an
+    `event: error` when Accept names `text/event-stream` (an `EventSource` cannot read a 4xx
+    body) and a JSON error with its status otherwise."""
     try:
         body = generate_request_from_query(context.request.query_params)
-        model = registry.get(model_name, model_version)
-        return await event_stream(context, model, body, EVENT_SOURCE_FRAMING, ping_seconds)
+        model = context.model(model_name, model_version)
+        return await event_stream(context, model, body, EVENT_SOURCE_FRAMING)
     except ServerError as exc:
         if not accepts_event_stream(context.request):
             raise
@@ -189,11 +142,7 @@ async def event_source_stream(
 
 
 async def event_stream(
-    context: GenerationContext,
-    model: ServedModel,
-    body: GenerateRequest,
-    framing: Framing,
-    ping_seconds: int,
+    context: GenerationContext, model: ServedModel, body: GenerateRequest, framing: Framing
 ) -> Response:
     """Errors until the engine has accepted the request are answered with their status; then
     the stream starts (before the first token: its headers are not on the first token's way)."""
@@ -201,7 +150,7 @@ async def event_stream(
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     first, rest = responses
-    return EventStream(sse_frames(first, rest, framing), sep="\n", ping=ping_seconds)
+    return EventStream(sse_frames(first, rest, framing), sep="\n", ping=context.ping_seconds)
 
 
 def accepts_event_stream(request: Request) -> bool:

@@ -8,16 +8,18 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from app.core.routing import PIN_HEADER
 from app.core.service import GenerationService
 from app.core.types import GenerationChunk
 from app.errors import ServerError
+from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep, SettingsDep
 from app.http.disconnect import ClientDisconnected, until_disconnect
 from app.observability.access_log import RequestLog
+from app.repository.registry import ModelRegistry
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
 from app.triton.inputs import body_inputs
@@ -30,11 +32,30 @@ Responses = AsyncGenerator[dict[str, Any], None]
 @dataclass(frozen=True, slots=True)
 class GenerationContext:
     """What a generate route brings to every request: the HTTP request (to watch for a
-    disconnect), the generation service and the request's access-log record."""
+    disconnect), the registry, the generation service, the request's access-log record
+    and the keep-alive period of a stream."""
 
     request: Request
+    registry: ModelRegistry
     generation: GenerationService
     log: RequestLog | None
+    ping_seconds: int
+
+    def model(self, name: str, version: str | None) -> ServedModel:
+        return self.registry.get(name, version)
+
+
+def generation_context(
+    request: Request,
+    registry: RegistryDep,
+    generation: GenerationDep,
+    log: RequestLogDep,
+    settings: SettingsDep,
+) -> GenerationContext:
+    return GenerationContext(request, registry, generation, log, settings.sse_ping_seconds)
+
+
+GenerationContextDep = Annotated[GenerationContext, Depends(generation_context)]
 
 
 async def open_responses(

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 from app.repository.layout import ModelSpec
-from app.triton.tensors import BYTES, INPUTS, OUTPUTS
+from app.triton.tensors import BYTES, INPUTS, OUTPUTS, TritonInput, TritonOutput
 
 BACKEND = "vllm"
 ENGINE_NOTE_PREFIX = "engine_"
@@ -22,6 +22,21 @@ def config_type(datatype: str) -> str:
     return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
 
 
+def add_missing(tensors: Any, table: tuple[TritonInput | TritonOutput, ...]) -> None:
+    """The table's tensors that config.pbtxt does not list, added to `tensors` (its inputs
+    or outputs)."""
+    present = {tensor.name for tensor in tensors}
+    for tensor in table:
+        if tensor.name not in present:
+            added = tensors.add(
+                name=tensor.name,
+                data_type=model_config_pb2.DataType.Value(config_type(tensor.datatype)),
+                dims=tensor.dims,
+            )
+            if isinstance(tensor, TritonInput):
+                added.optional = tensor.optional
+
+
 def completed_config(spec: ModelSpec) -> Message:
     """config.pbtxt as Triton completes it for this backend (decoupled, no batching)."""
     config = model_config_pb2.ModelConfig()
@@ -30,23 +45,8 @@ def completed_config(spec: ModelSpec) -> Message:
     config.backend = config.backend or BACKEND
     config.max_batch_size = 0
     config.model_transaction_policy.decoupled = True
-    present_inputs = {tensor.name for tensor in config.input}
-    for tensor in INPUTS:
-        if tensor.name not in present_inputs:
-            config.input.add(
-                name=tensor.name,
-                data_type=model_config_pb2.DataType.Value(config_type(tensor.datatype)),
-                dims=tensor.dims,
-                optional=tensor.optional,
-            )
-    present_outputs = {output.name for output in config.output}
-    for output in OUTPUTS:
-        if output.name not in present_outputs:
-            config.output.add(
-                name=output.name,
-                data_type=model_config_pb2.DataType.Value(config_type(output.datatype)),
-                dims=output.dims,
-            )
+    add_missing(config.input, INPUTS)
+    add_missing(config.output, OUTPUTS)
     if not config.instance_group:
         config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_MODEL)
     for name, note in spec.engine_notes.items():

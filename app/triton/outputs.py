@@ -28,7 +28,7 @@ class ResponseBuilder:
         self, request: TritonRequest, model_name: str, model_version: str, scalars: bool = True
     ) -> None:
         self.model_name, self.model_version = model_name, model_version
-        self.n = self._n = request.n
+        self.n = self._n = request.request.n
         self._scalar = scalars and self._n == 1
         wanted = request.request.outputs
         self.outputs = [output for output in OUTPUTS if output.name in wanted]

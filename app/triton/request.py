@@ -52,14 +52,6 @@ class TritonRequest:
         """The client set `logprobs` (else the `logprobs` output is the JSON text "null")."""
         return "logprobs" in self.client_parameters
 
-    @property
-    def stream(self) -> bool:
-        return self.request.stream
-
-    @property
-    def n(self) -> int:
-        return self.request.n
-
 
 def triton_request(
     inputs: TritonInputs,

@@ -65,7 +65,9 @@ def plan(body: dict[str, Any], stream: bool = False, model: ServedModel | None =
     engine = model.engine
     assert isinstance(engine, FakeEngine)
     engine_request = engine.requests[-1]
-    return Plan(engine_request, triton.stream, triton.prepend_input, triton.logprobs_requested)
+    return Plan(
+        engine_request, triton.request.stream, triton.prepend_input, triton.logprobs_requested
+    )
 
 
 def test_parameters_become_sampling_params() -> None:
