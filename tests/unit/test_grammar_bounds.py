@@ -86,6 +86,31 @@ async def test_a_compile_out_of_memory_is_a_400_naming_structured_outputs(
     assert error.message == f"{FIELD}: the grammar is too large to compile within 1024 MB"
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """A JSON schema of objects `depth` deep."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+async def test_a_grammar_nested_too_deeply_to_send_is_a_400_and_the_next_one_compiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON schema nested deeper than pickling reaches (as 400 levels of a request's
+    `text.format` once were: a 500 on every route) is refused, not a server error."""
+    check = check_with(monkeypatch, passing_compile)
+    deep = SimpleNamespace(structured_outputs={"json": nested(5000)}, allowed_token_ids=None)
+    try:
+        with pytest.raises(InvalidRequestError) as raised:
+            await check.check(deep, "parameters")
+        await check.check(PARAMS, "parameters")
+    finally:
+        check.close()
+    assert raised.value.param == FIELD
+    assert raised.value.message == f"{FIELD}: the grammar is nested too deeply to compile"
+
+
 async def test_the_first_grammar_that_passes_chooses_the_backend(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

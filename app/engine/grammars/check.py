@@ -97,6 +97,8 @@ class GrammarCheck:
         except (JobOutOfMemory, JobCrashed) as exc:
             reason = f"the grammar is too large to compile within {options.memory_mb} MB"
             raise stopped(name, reason, exc) from exc
+        except RecursionError as exc:  # the job could not be pickled for its worker
+            raise stopped(name, "the grammar is nested too deeply to compile", exc) from exc
         except WorkerFailed as exc:
             self._give_up(f"the grammar worker could not start: {exc}")
             return
