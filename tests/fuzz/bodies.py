@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 
 from app.routes.query import query_fields
 from tests.fuzz.families import (
+    HUGE_GRAMMARS,
     LONG_LIST_SAMPLING,
     LONG_TEXTS,
     SURROGATE_SAMPLING,
     SURROGATE_TEXTS,
     VLLM_GRAMMARS,
+    grammar,
 )
 from tests.fuzz.mixing import (
     CHAT,
@@ -26,6 +28,7 @@ from tests.fuzz.mixing import (
     GENERATE,
     GENERATE_STREAM,
     INFERENCE_ROUTES,
+    RESPONSES,
     ROUTES,
     VERSIONED_ROUTES,
     Families,
@@ -37,6 +40,7 @@ from tests.fuzz.mixing import (
     with_grammar,
 )
 from tests.fuzz.openai_bodies import openai
+from tests.fuzz.responses_bodies import responses
 from tests.fuzz.strategies import EDGE_TEXT, PROMPTS, sampling_values
 
 __all__ = ["INFERENCE_ROUTES", "ROUTES", "Request", "requests_of"]
@@ -180,7 +184,13 @@ def encodable(text: str) -> bool:
 
 STREAMED_TWINS = {GENERATE: GENERATE_STREAM, GENERATE_STREAM: GENERATE}
 TWINNED = frozenset(
-    {*STREAMED_TWINS, COMPLETIONS, CHAT, *(r for r in VERSIONED_ROUTES if r.startswith("POST"))}
+    {
+        *STREAMED_TWINS,
+        COMPLETIONS,
+        CHAT,
+        RESPONSES,
+        *(route for route in VERSIONED_ROUTES if route.startswith("POST")),
+    }
 )
 """Routes whose requests come with a twin in the other streaming mode now and then."""
 
@@ -212,7 +222,40 @@ def requests_of(
     route streams both ways."""
     if route.startswith("GET "):
         return event_source(route, model, only)
-    drawn = triton(route, model, only) if "/v2/" in route else openai(route, model, only)
+    if "/v2/" in route:
+        drawn = triton(route, model, only)
+    elif route == RESPONSES:
+        drawn = responses(model, only)
+    else:
+        drawn = openai(route, model, only)
     if route not in TWINNED:
         return drawn
     return weighted(drawn, drawn, drawn, drawn.map(with_twin))
+
+
+def once_broke_the_server(model: str) -> list[Request]:
+    """Requests that draws of the tier once saw answered with a 500 (twinned where the route
+    streams both ways): JSON schemas 400 levels deep, which the grammar check could not
+    hand to its worker, in the Responses API's `text.format` and in Triton's
+    `sampling_parameters` (every route's grammars take that path)."""
+    deep = grammar("nesting", "huge", "structured_outputs")
+    responses_body = {"model": model, "input": "Hi", "max_output_tokens": 1}
+    sampling = json.dumps({"max_tokens": 1, **deep})
+    return [
+        with_twin(
+            Request(
+                RESPONSES,
+                "POST",
+                "/v1/responses",
+                {**responses_body, **grammar("nesting", "huge", "text")},
+                family=HUGE_GRAMMARS,
+            )
+        ),
+        Request(
+            GENERATE,
+            "POST",
+            model_path(GENERATE, model),
+            {"text_input": "Hi", "sampling_parameters": sampling},
+            family=HUGE_GRAMMARS,
+        ),
+    ]

@@ -13,6 +13,7 @@ import requests
 
 from tests.fuzz.bodies import Request
 from tests.fuzz.grpc_requests import Draw
+from tests.fuzz.mixing import RESPONSES
 from tests.fuzz.report import REPORT
 
 FINAL = "triton_final_response"
@@ -59,7 +60,8 @@ def stream_statuses(http_url: str) -> dict[str, float]:
 
 def stream_error(text: str) -> str | None:
     """The first event of an event stream that is an error (Triton's `{"error": "..."}`,
-    OpenAI's `{"error": {...}}` or `{"object": "error"}`), as sent."""
+    OpenAI's `{"error": {...}}` or `{"object": "error"}`, the Responses API's
+    `{"type": "error"}`), as sent."""
     for line in text.splitlines():
         data = line.removeprefix("data:").strip()
         if not line.startswith("data:") or not data.startswith("{"):
@@ -68,7 +70,9 @@ def stream_error(text: str) -> str | None:
             event = json.loads(data)
         except ValueError:
             continue
-        if isinstance(event, dict) and ("error" in event or event.get("object") == "error"):
+        if isinstance(event, dict) and (
+            "error" in event or "error" in (event.get("object"), event.get("type"))
+        ):
             return data
     return None
 
@@ -86,8 +90,9 @@ def send(
     session: requests.Session, base: str, request: Request, prefix: str, slow: float
 ) -> requests.Response:
     """Send `request`, count its answer under `prefix` + its route and under its family;
-    fail on a 5xx, an answer slower than `slow`, an error out of its protocol's shape, or a
-    request that must be refused (a lone surrogate) and was not, with a 400."""
+    fail on a 5xx, an answer slower than `slow`, an error out of its protocol's shape, a
+    request that must be refused (a lone surrogate) and was not, with a 400, a refusal that
+    does not name the field it must, or a Responses API stream out of its rules."""
     started = time.perf_counter()
     response = session.request(
         request.method, request.url(base), timeout=2 * slow, **request.arguments()
@@ -97,7 +102,53 @@ def send(
     assert error_shape_holds(request.path, response), (response.status_code, response.text[:300])
     if request.refused:
         assert response.status_code == 400, (request, response.status_code, response.text[:300])
+    if request.names is not None:
+        assert 400 <= response.status_code < 500, (request, response.status_code)
+        named = response.json()["error"]["param"]
+        assert named == request.names, (request, response.status_code, response.text[:300])
+    if request.route == RESPONSES and "text/event-stream" in content_type(response):
+        broken = responses_stream_problem(response.text)
+        assert broken is None, (broken, request, response.text[-600:])
     return response
+
+
+def send_for_missing(
+    session: requests.Session, base: str, request: Request, prefix: str, slow: float
+) -> None:
+    """Send `request` to a route of something that does not exist: a 404 (naming the field
+    `request.names`)."""
+    response = send(session, base, request, prefix, slow)
+    assert response.status_code == 404, (request, response.status_code, response.text[:300])
+
+
+RESPONSE_ENDS = ("response.completed", "error")
+ERROR_EVENT = {"type", "code", "message", "param", "sequence_number"}
+
+
+def responses_stream_problem(text: str) -> str | None:
+    """How a Responses API stream breaks its rules, or None: each event an `event: <type>`
+    line and a `data:` line of that type, sequence numbers 0..n-1, no `data: [DONE]`, the
+    last event `response.completed` or an `error` event of OpenAI's shape."""
+    frames = [frame for frame in text.split("\n\n") if frame]
+    events = []
+    for index, frame in enumerate(frames):
+        kind, _, data = frame.partition("\n")
+        try:
+            event = json.loads(data.removeprefix("data: "))
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            return f"event {index} has no JSON object for data: {frame[:300]!r}"
+        if kind != f"event: {event.get('type')}" or not data.startswith("data: "):
+            return f"event {index} is not named by its type: {frame[:300]!r}"
+        if event.get("sequence_number") != index:
+            return f"event {index} has sequence number {event.get('sequence_number')}"
+        events.append(event)
+    if not events or events[-1]["type"] not in RESPONSE_ENDS:
+        return f"the stream ends with {frames[-1][:300] if frames else 'nothing'!r}"
+    if events[-1]["type"] == "error" and set(events[-1]) != ERROR_EVENT:
+        return f"the error event is not OpenAI's: {frames[-1][:300]!r}"
+    return None
 
 
 def send_with_twin(

@@ -195,7 +195,7 @@ SIZES = {"small": 1000, "huge": 100_000, "under": MAX_GRAMMAR_BYTES, "over": MAX
 """Entries of a grammar (`small`, `huge`: 10^3 and 10^5; nesting 8 and 400 deep), or its
 bytes as the server counts them (`under`: just at MAX_GRAMMAR_BYTES; `over`: one byte more)."""
 DEPTHS = {"small": 8, "huge": 400, "under": 64, "over": 200}
-COUNTED_REPETITIONS = st.sampled_from(
+COUNTED_REPETITIONS: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
     [{"grammar": "root ::= [a-z]{1,100000}"}, {"grammar": "root ::= ([a-z]{1,1000}){1,1000}"},
      {"grammar": 'root ::= "a"{100000}'}, {"grammar": 'root ::= ("ab" | [0-9]{1,50000}){1,50000}'},
      {"grammar": "start: /[a-z]{1,100000}/"}, {"regex": "[a-z]{1,100000}"},
@@ -230,8 +230,9 @@ def sized(shape: str, size: str, place: Callable[[dict[str, Any]], Any]) -> Any:
 def placed(field: str, constraint: dict[str, Any]) -> tuple[str, Any]:
     """The field and value a constraint is sent as: vLLM's `structured_outputs` or
     `guided_decoding` as it is, or vLLM's old top-level names (`guided`: `guided_choice`,
-    `guided_json`...) with its value alone; OpenAI's `response_format` (json_schema) or
-    forced `tools` (a function whose parameters are the schema) for a JSON schema."""
+    `guided_json`...) with its value alone; for a JSON schema, OpenAI's `response_format`
+    (json_schema) or forced `tools` (a function whose parameters are the schema), and the
+    Responses API's `text` (its format a json_schema) or `function_tools` (its flat tools)."""
     kind, value = next(iter(constraint.items()))
     if field == "guided":
         return f"guided_{kind}", value
@@ -239,6 +240,10 @@ def placed(field: str, constraint: dict[str, Any]) -> tuple[str, Any]:
         return field, {"type": "json_schema", "json_schema": {"name": "x", "schema": value}}
     if field == "tools":
         return field, [{"type": "function", "function": {"name": "f", "parameters": value}}]
+    if field == "text":
+        return field, {"format": {"type": "json_schema", "name": "x", "schema": value}}
+    if field == "function_tools":
+        return "tools", [{"type": "function", "name": "f", "parameters": value}]
     return field, constraint
 
 

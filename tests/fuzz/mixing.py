@@ -21,7 +21,8 @@ GENERATE_STREAM = "POST /v2/models/{model_name}/generate_stream"
 EVENT_SOURCE = "GET /v2/models/{model_name}/generate_stream"
 COMPLETIONS = "POST /v1/completions"
 CHAT = "POST /v1/chat/completions"
-ROUTES = (GENERATE, GENERATE_STREAM, EVENT_SOURCE, COMPLETIONS, CHAT)
+RESPONSES = "POST /v1/responses"
+ROUTES = (GENERATE, GENERATE_STREAM, EVENT_SOURCE, COMPLETIONS, CHAT, RESPONSES)
 """The inference routes of every served model (the real engine's phase fuzzes these)."""
 VERSIONED = "/v2/models/{model_name}/versions/{model_version}/"
 VERSIONED_ROUTES = tuple(
@@ -35,7 +36,8 @@ VERSION = "1"
 @dataclass(frozen=True)
 class Request:
     """One request: `route` as the report counts it, the body's `family`; `refused`: it must
-    be a 4xx; `twin`: the same body in the other streaming mode."""
+    be a 400; `names`: the field its 4xx must name (`param` of OpenAI's error); `twin`: the
+    same body in the other streaming mode."""
 
     route: str
     method: str
@@ -44,6 +46,7 @@ class Request:
     query: dict[str, Any] | None = None
     family: str = EDGE_VALUES
     refused: bool = False
+    names: str | None = None
     twin: Request | None = None
 
     def url(self, base: str) -> str:

@@ -21,10 +21,19 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 
 from tests.doubles import FakeEngine
 from tests.fuzz.bodies import INFERENCE_ROUTES, Request, requests_of
-from tests.fuzz.checks import content_type, error_shape_holds, send_with_twin, without_binary
+from tests.fuzz.checks import (
+    content_type,
+    error_shape_holds,
+    responses_stream_problem,
+    send_for_missing,
+    send_with_twin,
+    without_binary,
+)
 from tests.fuzz.double_server import double_server
 from tests.fuzz.families import FAMILIES
+from tests.fuzz.mixing import RESPONSES
 from tests.fuzz.report import EXAMPLES, REPORT, SLOW_SECONDS, requests_left
+from tests.fuzz.responses_bodies import OVER_LIMIT, stored_responses
 from tests.support.probe import readiness_probe
 from tests.support.repository import write_model
 from tests.support.waiting import wait_until
@@ -139,6 +148,8 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
         assert error_shape_holds(path, response), (response.status_code, response.text[:300])
         if conformance_checked(path, response):
             case.validate_response(response, checks=CONFORMANCE)
+        if path == "/v1/responses" and "text/event-stream" in content_type(response):
+            assert responses_stream_problem(response.text) is None, response.text[-600:]
 
     with readiness_probe(served) as probe:
         send()
@@ -171,6 +182,25 @@ def test_edge_values(route: str, served: str, fuzz_report: None) -> None:
     wait_until(lambda: requests_left(served) == 0, timeout=10)
 
 
+def test_stored_response_routes_are_404(served: str, fuzz_report: None) -> None:
+    """GET and cancel of a response, whatever its id (routes the OpenAPI document leaves
+    out, so schemathesis does not see them): a 404 naming `response_id`."""
+    session = requests.Session()
+
+    @given(request=stored_responses())
+    @settings(
+        max_examples=max(EXAMPLES // 20, 10),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        derandomize=True,
+    )
+    def send(request: Request) -> None:
+        send_for_missing(session, served, request, "HTTP ", SLOW_SECONDS)
+
+    send()
+
+
 def test_every_inference_route_got_its_inputs() -> None:
     counts = {route: REPORT.count(f"HTTP {route}") for route in INFERENCE_ROUTES}
     assert all(count >= EXAMPLES for count in counts.values()), counts
@@ -179,5 +209,6 @@ def test_every_inference_route_got_its_inputs() -> None:
         for family in FAMILIES
         for route in INFERENCE_ROUTES
     }
+    drawn[OVER_LIMIT, RESPONSES] = REPORT.count_of_family(OVER_LIMIT, f"HTTP {RESPONSES}")
     assert all(drawn.values()), [key for key, count in drawn.items() if not count]
     assert REPORT.pairs and not REPORT.mismatches, REPORT.mismatches

@@ -104,6 +104,7 @@ ROUTES = [
     "/v2/models/fake/generate_stream",
     "/v1/completions",
     "/v1/chat/completions",
+    "/v1/responses",
 ]
 
 
@@ -127,7 +128,8 @@ def test_nasty_bodies_get_4xx_with_an_error(
     fuzz_report: None,
 ) -> None:
     if route.startswith("/v1/") and isinstance(body, str) and body.startswith('{"text_input"'):
-        body = body.replace('"text_input"', '"model": "fake", "prompt"', 1)
+        field = "input" if route == "/v1/responses" else "prompt"
+        body = body.replace('"text_input"', f'"model": "fake", "{field}"', 1)
     started = time.perf_counter()
     response = nasty_client.post(route, content=body, headers=headers)
     REPORT.record(

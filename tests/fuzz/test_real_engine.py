@@ -25,9 +25,12 @@ from schemathesis import GenerationMode
 from tritonclient.grpc import service_pb2_grpc
 
 from app.settings_fields import SettingsFields
-from tests.fuzz.bodies import ROUTES, Request, requests_of
+from tests.fuzz.bodies import ROUTES, Request, once_broke_the_server, requests_of
 from tests.fuzz.checks import (
+    content_type,
     error_shape_holds,
+    responses_stream_problem,
+    send_for_missing,
     send_with_twin,
     stream_infer,
     stream_statuses,
@@ -35,7 +38,9 @@ from tests.fuzz.checks import (
 )
 from tests.fuzz.families import FAMILIES
 from tests.fuzz.grpc_requests import Draw, model_infer_requests
+from tests.fuzz.mixing import RESPONSES
 from tests.fuzz.report import ENGINE_SLOW_SECONDS, EXAMPLES, REPORT, SLOW_SECONDS, requests_left
+from tests.fuzz.responses_bodies import OVER_LIMIT, stored_responses
 from tests.support.probe import readiness_probe
 from tests.support.servers import RunningServer, tracebacks_of_ours
 from tests.support.waiting import wait_until
@@ -64,6 +69,7 @@ GENERATING = [
     ("POST", "/v2/models/{model_name}/generate_stream"),
     ("POST", "/v1/completions"),
     ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/responses"),
 ]
 
 
@@ -94,13 +100,19 @@ def test_edge_values_and_grammars(
     phase_ended_cleanly(engine_server, probe)
 
 
+def families_of(route: str) -> tuple[str, ...]:
+    """The families every route draws, and the route's own (`route` as the report counts
+    it)."""
+    return (*FAMILIES, OVER_LIMIT) if route == f"engine HTTP {RESPONSES}" else FAMILIES
+
+
 def every_family(
     route: str, strategy: Callable[[str | None], st.SearchStrategy[T]], send: Callable[[T], None]
 ) -> None:
     """ENGINE_EXAMPLES inputs of `strategy(None)` to `send`, then two of each family that
     none of them was (so few inputs may miss one)."""
     drawn(strategy(None), send, ENGINE_EXAMPLES)
-    for family in FAMILIES:
+    for family in families_of(route):
         if not REPORT.count_of_family(family, route):
             drawn(strategy(family), send, 2)
 
@@ -146,10 +158,22 @@ def test_schemathesis(
             ENGINE_SLOW_SECONDS,
         )
         assert error_shape_holds(path, response), (response.status_code, response.text[:300])
+        if path == "/v1/responses" and "text/event-stream" in content_type(response):
+            assert responses_stream_problem(response.text) is None, response.text[-600:]
 
     with readiness_probe(engine_server.base_url) as probe:
         send()
     phase_ended_cleanly(engine_server, probe)
+
+
+def test_stored_response_routes_are_404(engine_server: RunningServer, fuzz_report: None) -> None:
+    """GET and cancel of a response, whatever its id: a 404 naming `response_id`."""
+    session = requests.Session()
+
+    def send(request: Request) -> None:
+        send_for_missing(session, engine_server.base_url, request, "engine HTTP ", SLOW_SECONDS)
+
+    drawn(stored_responses(), send, 10)
 
 
 def test_grpc_model_stream_infer(engine_server: RunningServer, fuzz_report: None) -> None:
@@ -168,13 +192,25 @@ def test_grpc_model_stream_infer(engine_server: RunningServer, fuzz_report: None
     )
 
 
+def test_requests_that_once_broke_the_server(
+    engine_server: RunningServer, fuzz_report: None
+) -> None:
+    session = requests.Session()
+    with readiness_probe(engine_server.base_url) as probe:
+        for request in once_broke_the_server(MODEL):
+            send_with_twin(
+                session, engine_server.base_url, request, "engine HTTP ", ENGINE_SLOW_SECONDS
+            )
+    phase_ended_cleanly(engine_server, probe)
+
+
 def test_every_family_reached_every_route() -> None:
     """Each family was drawn on each route (and the twins' answers matched)."""
     routes = [f"engine HTTP {route}" for route in ROUTES] + [GRPC_ROUTE]
     drawn = {
         (family, route): REPORT.count_of_family(family, route)
-        for family in FAMILIES
         for route in routes
+        for family in families_of(route)
     }
     assert all(drawn.values()), [key for key, count in drawn.items() if not count]
     assert REPORT.pairs and not REPORT.mismatches, REPORT.mismatches
