@@ -14,6 +14,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import pickle
 import resource
 import threading
 import time
@@ -176,10 +177,11 @@ class Worker:
             raise WorkerFailed(str(value))
         self._ready = True
 
-    async def run(self, job: Any, seconds: float) -> Any:
-        """The job's result; `JobTimedOut`, `JobOutOfMemory`, `JobCrashed` or `JobRaised`."""
+    async def run(self, job: bytes, seconds: float) -> Any:
+        """The result of a job (pickled); `JobTimedOut`, `JobOutOfMemory`, `JobCrashed` or
+        `JobRaised`."""
         try:
-            await asyncio.to_thread(self._conn.send, job)
+            await asyncio.to_thread(self._conn.send_bytes, job)
         except OSError:
             raise JobCrashed(await self._exit_status()) from None
         try:
@@ -255,16 +257,19 @@ class WorkerPool:
         return list(self._idle)
 
     async def run(self, job: Any) -> Any:
-        """The job's result from a worker (`WorkerError` for one that did not finish)."""
+        """The job's result from a worker (`WorkerError` for one that did not finish). A job
+        that cannot be pickled (nested too deeply: `RecursionError`) is the caller's error,
+        and no worker is touched."""
         if self._failure is not None:
             raise WorkerFailed(self._failure)
+        pickled = await asyncio.to_thread(pickle.dumps, job, pickle.HIGHEST_PROTOCOL)
         if self._free is None:
             self._free = asyncio.Semaphore(self._options.workers)
         async with self._free:
             worker = self._idle_worker() or self._start()
             try:
                 await worker.started(START_SECONDS)
-                result = await worker.run(job, self._options.job_seconds)
+                result = await worker.run(pickled, self._options.job_seconds)
             except WorkerFailed as exc:
                 worker.kill()
                 self._failure = str(exc)

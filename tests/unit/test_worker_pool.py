@@ -97,6 +97,19 @@ async def test_jobs_run_in_one_long_lived_worker_process(pool: WorkerPool) -> No
     assert first[0] != os.getpid()
 
 
+async def test_a_job_nested_too_deeply_to_send_is_the_callers_error_and_keeps_the_worker(
+    pool: WorkerPool,
+) -> None:
+    """A grammar 400 levels deep cannot be pickled: refused without a worker's restart."""
+    pid, _ = await pool.run(("echo", None))
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        await pool.run(("echo", deep))
+    assert (await pool.run(("echo", None)))[0] == pid
+
+
 async def test_a_job_past_its_deadline_kills_its_worker_and_a_fresh_one_replaces_it() -> None:
     pool = pool_of(job_seconds=1.0)
     try:
