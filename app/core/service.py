@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import aclosing, asynccontextmanager, contextmanager
 
 from app.core.chunks import merge_chunks
 from app.core.guard import CHUNKS, RequestGuard
@@ -50,11 +50,12 @@ class GenerationService:
             async with guard.admitted(model, request.route()) as engine:
                 chunks = self._start(engine, request)
                 outputs = guard.stream(chunks, CHUNKS, responds=request.stream)
-                async for chunk in outputs:
-                    if request.stream:
-                        yield chunk
-                    else:
-                        collected.append(chunk)
+                async with aclosing(outputs):  # closing this closes (aborts) the engine's
+                    async for chunk in outputs:
+                        if request.stream:
+                            yield chunk
+                        else:
+                            collected.append(chunk)
             if not request.stream:  # after admission: an aborted request raises there
                 merged = merge_chunks(collected, request.n)
                 handed = guard.responding(complete=True)
