@@ -43,6 +43,8 @@ class ResponseBuilder:
         self._kept: dict[str, list[Any]] = {
             output.name: [None] * self._n for output in self.outputs if output.kept
         }
+        self._fields = [(output, self._scalar and output.per_completion) for output in self.outputs]
+        """Each output with whether its JSON field is a single value."""
 
     def values(self, chunk: GenerationChunk) -> list[Any]:
         """Each output's value for one chunk: a list of `n` for a per-completion output."""
@@ -55,9 +57,9 @@ class ResponseBuilder:
         """The JSON response for one chunk."""
         response: dict[str, Any] = dict(self._head)
         completions = self._by_index(chunk.completions)
-        for output in self.outputs:
+        for output, single in self._fields:
             value = self._value(output, chunk, completions)
-            response[output.name] = value[0] if self._scalar and output.per_completion else value
+            response[output.name] = value[0] if single else value
         self._prefix = ""
         return response
 
