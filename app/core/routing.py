@@ -21,7 +21,7 @@ BLOCK_TOKENS = 16
 BUSY_RATIO = 2
 """prefix, cache_aware: an instance is much busier only if it also holds this many times the
 requests of the least loaded one."""
-PREFIX_TOKENS = {"prefix": 64, "cache_aware": 1024}
+PREFIX_TOKENS = {"prefix": 64, "cache_aware": 512}
 """The leading tokens each mode looks at, unless the model says otherwise."""
 KV_PRESSURE_FROM = 0.5
 KV_PRESSURE_WEIGHT = 6.0

@@ -33,7 +33,11 @@ logger = logging.getLogger(__name__)
 ENABLE_VLLM_HEALTH_CHECK = "ENABLE_VLLM_HEALTH_CHECK"
 ABORT_GRACE_SECONDS = 5.0
 THREAD_TOKENIZE_CHARS = 4096
-"""cache_aware: a prompt longer than this is tokenized in a worker thread, off the event loop."""
+"""cache_aware: a prompt whose part to tokenize is longer than this is tokenized in a worker
+thread, off the event loop."""
+CHARS_PER_TOKEN = 6
+"""About how many of a prompt's characters make the tokens routing looks at (engines tokenize
+that many characters a token wanted, first)."""
 SHUTDOWN_MESSAGE = "Request aborted: the server is shutting down"
 
 
@@ -330,6 +334,6 @@ async def prompt_tokens(engine: InferenceEngine, hint: RouteHint, limit: int) ->
             logger.debug("the prompt could not be tokenized for routing", exc_info=True)
             return ()
 
-    if len(hint.text) > THREAD_TOKENIZE_CHARS:
+    if min(len(hint.text), limit * CHARS_PER_TOKEN) > THREAD_TOKENIZE_CHARS:
         return await asyncio.to_thread(tokenize)
     return tokenize()

@@ -6,6 +6,7 @@ outweighs a little load, never a lot), and their fallbacks (no reports, no cache
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from app.core.kv_index import KvBlockIndex
@@ -168,3 +169,17 @@ async def test_requests_sharing_a_prefix_follow_the_first_before_the_engine_stor
         assert slot is first
         slot.admitted += 1
     assert (await served.route(RouteHint("unrelated"))) is not first
+
+
+async def test_a_prompt_the_tokenizer_fails_on_is_routed_by_load() -> None:
+    served, engines = two_engines(replace(STICKY, prefix_tokens=1024))
+
+    def refuse(text: str, limit: int) -> list[int]:
+        raise RuntimeError("Already borrowed")
+
+    for engine in engines:
+        engine.prefix_tokens = refuse  # type: ignore[method-assign]
+    signals(engines[0]).board.write(3, 0, 0.1)
+    long_prompt = "word " * 2000  # 1,024 tokens' worth: tokenized in a worker thread
+    assert (await served.route(RouteHint(long_prompt))).instance.index == 1
+    assert (await served.route(RouteHint("short"))).instance.index == 1  # inline
