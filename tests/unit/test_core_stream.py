@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from app.core.service import GenerationService
 from app.core.timing import RequestTiming
-from app.core.types import CompletionDelta, GenerationChunk, ValidRequest
+from app.core.types import CompletionDelta, GenerationChunk, ServingModel, ValidRequest
 from app.errors import RequestTimeoutError
 
 
@@ -46,6 +46,11 @@ class Model:
         yield self.engine
 
 
+def serving(engine: Engine) -> ServingModel:
+    """The model double as the service sees it (its engine has only what these tests use)."""
+    return cast(ServingModel, Model(engine))
+
+
 class Recorded:
     def __init__(self) -> None:
         self.timings: list[RequestTiming] = []
@@ -58,7 +63,8 @@ class Recorded:
 async def test_a_whole_request_is_complete(stream: bool) -> None:
     recorded = Recorded()
     service = GenerationService(statistics=recorded)
-    chunks = [c async for c in service.stream(Model(Engine()), ValidRequest("r", "p", {}, stream))]
+    request = ValidRequest("r", "p", {}, stream)
+    chunks = [c async for c in service.stream(serving(Engine()), request)]
     assert len(chunks) == (5 if stream else 1)
     [timing] = recorded.timings
     assert timing.complete and not timing.failed and timing.first_response_ns is not None
@@ -67,7 +73,7 @@ async def test_a_whole_request_is_complete(stream: bool) -> None:
 async def test_closing_a_stream_aborts_its_engine_request_at_once() -> None:
     engine, recorded = Engine(), Recorded()
     chunks = GenerationService(statistics=recorded).stream(
-        Model(engine), ValidRequest("r", "p", {}, stream=True)
+        serving(engine), ValidRequest("r", "p", {}, stream=True)
     )
     await anext(chunks)
     await chunks.aclose()
@@ -81,7 +87,7 @@ async def test_the_deadline_ends_a_request_with_its_error(stream: bool) -> None:
     engine, recorded = Engine(steps=100, delay=0.05), Recorded()
     service = GenerationService(timeout_seconds=0.2, statistics=recorded)
     with pytest.raises(RequestTimeoutError):
-        async for _ in service.stream(Model(engine), ValidRequest("r", "p", {}, stream)):
+        async for _ in service.stream(serving(engine), ValidRequest("r", "p", {}, stream)):
             pass
     assert engine.closed
     [timing] = recorded.timings
