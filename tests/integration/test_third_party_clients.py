@@ -11,6 +11,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
@@ -112,16 +113,34 @@ def test_genai_perf_triton_grpc(server: RunningServer, tmp_path: Path) -> None:
     assert report["output_sequence_length"]["avg"] * requests == encoded
 
 
+def exported_by_perf_analyzer(server: RunningServer, folder: Path) -> tuple[str, Counters, Any]:
+    """Run perf_analyzer's block until its export is JSON (at most 3 runs, as the docs say:
+    perf_analyzer 2.51 now and then writes an empty or cut-short export and exits 0)."""
+    for attempt in range(3):
+        attempt_folder = folder / str(attempt)
+        attempt_folder.mkdir()
+        block, seen = run_documented("perf_analyzer", server, attempt_folder)
+        try:
+            return block, seen, read_json(attempt_folder / RESULTS / "perf_analyzer.json")
+        except json.JSONDecodeError:
+            continue
+    raise AssertionError("perf_analyzer wrote no JSON export in 3 runs")
+
+
 def test_perf_analyzer_grpc_stream(server: RunningServer, tmp_path: Path) -> None:
-    block, seen = run_documented("perf_analyzer", server, tmp_path)
-    inputs = read_json(tmp_path / RESULTS / "inputs.json")["data"]
+    block, seen, export = exported_by_perf_analyzer(server, tmp_path)
+    inputs = read_json(tmp_path / "0" / RESULTS / "inputs.json")["data"]
     (tokens,) = {json.loads(row["sampling_parameters"][0])["max_tokens"] for row in inputs}
-    export = read_json(tmp_path / RESULTS / "perf_analyzer.json")
     requests = [r for experiment in export["experiments"] for r in experiment["requests"]]
     assert len(requests) == seen.requests == flag(block, "--request-count")
     # one streamed response per token (or per few, when the loop coalesces), then the final one
     assert all(1 <= len(r["response_timestamps"]) <= tokens + 1 for r in requests)
     assert seen.generated_tokens == tokens * len(requests)
+    # every output was asked for: the responses before the empty final one carry real values
+    for request in requests:
+        *outputs, _final = request["response_outputs"]
+        assert sum(output["num_output_tokens"] for output in outputs) == tokens
+        assert outputs[-1]["finish_reason"] == "length"
 
 
 def test_the_documented_blocks_change_only_the_documented_ports() -> None:
