@@ -76,12 +76,17 @@ ACCEPTANCE = {
 
 
 def apply(args: Any, name: str) -> None:
-    """Set bench.realistic's options (`args`) for acceptance run `name`: its shapes, targets,
+    """Set bench.realistic's options (`args`) for acceptance run `name`: its shapes (or those
+    of them `--shapes` names, so that a host with two GPUs can run each shape on one), targets,
     engines, KV cache and levels; 4 frontend processes (vLLM: API processes) and 4 client
     processes; one round unless more were asked for."""
     plan = ACCEPTANCE[name]
     args.scale = "gpu"
-    args.shapes = ",".join(plan.shapes)
+    asked = args.shapes.split(",") if args.shapes else plan.shapes
+    unknown = set(asked) - set(plan.shapes)
+    if unknown:
+        raise SystemExit(f"--acceptance {name} runs the shapes {', '.join(plan.shapes)}")
+    args.shapes = ",".join(asked)
     args.targets = ",".join(plan.targets)
     args.workloads = ",".join(plan.workloads)
     args.instances = plan.instances

@@ -67,6 +67,13 @@ def test_an_acceptance_run_sets_its_shapes_targets_and_levels(name: str) -> None
         assert args.instances == 2 and args.levels["1b"]["prefix-many"].many_prefixes == 512
 
 
+def test_an_acceptance_run_takes_the_shapes_asked_for_among_its_own() -> None:
+    args = realistic.parse_args(["--acceptance", "1gpu", "--shapes", "8b", "--out", "/tmp/x"])
+    assert args.shapes == ["8b"] and set(args.levels["8b"]) == {"variable", "prefix", "poisson"}
+    with pytest.raises(SystemExit):
+        realistic.parse_args(["--acceptance", "2gpu", "--shapes", "8b", "--out", "/tmp/x"])
+
+
 def level(target: str, tok_s: float, hits: float, per_engine: list[int]) -> dict[str, Any]:
     return {
         "shape": "s",
