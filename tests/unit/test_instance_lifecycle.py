@@ -87,7 +87,8 @@ def test_a_failed_instance_heals_while_the_other_serves(
     two_instances: Callable[..., tuple[TestClient, InstanceEngines]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client, engines = two_instances(InstanceEngines(restart_delay=0.5))
+    # the replacement takes 3 s to start: the 4 requests below finish well before on a loaded host
+    client, engines = two_instances(InstanceEngines(restart_delay=3.0))
     engines.by_instance[1][0].healthy = False
     assert wait_for(lambda: len(engines.by_instance[1]) == 2)
     model = registry_of(client).get("fake")
@@ -98,7 +99,7 @@ def test_a_failed_instance_heals_while_the_other_serves(
     for _ in range(4):
         assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
     assert engines.received(0) == 4 and engines.received(1) == 0
-    assert wait_for(lambda: model.slots[1].state is ModelState.READY)
+    assert wait_for(lambda: model.slots[1].state is ModelState.READY, timeout=15)
     for _ in range(4):
         assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200
     assert engines.received(1) == 2, "the healed instance serves again"
