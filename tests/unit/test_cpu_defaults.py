@@ -75,6 +75,7 @@ def test_the_choice_is_logged_and_shown_in_the_model_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(CpuHost, "this", classmethod(lambda cls: CpuHost(AVX2_ONLY)))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the hub id is not looked up offline
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "model.json").write_text(json.dumps({"model": "facebook/opt-125m"}))
     with caplog.at_level(logging.INFO, logger="app.engine.cpu_defaults"):

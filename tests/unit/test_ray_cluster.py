@@ -210,7 +210,10 @@ def test_ray_address_setting_reads_ray_address(monkeypatch: pytest.MonkeyPatch) 
     assert Settings().ray_address is None
 
 
-def test_pipeline_parallel_alone_needs_kind_model(tmp_path: Path) -> None:
+def test_pipeline_parallel_alone_needs_kind_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the model "x" is not looked up offline
     write_model(
         tmp_path,
         "big",
@@ -237,6 +240,7 @@ def test_a_ray_model_without_ray_installed_is_a_clear_error(
         pipeline_parallel_size=2,
         distributed_executor_backend="ray",
     )
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the model "x" is not looked up offline
     monkeypatch.setattr("app.engine.engine_args.importlib.util.find_spec", lambda name: None)
     with pytest.raises(
         ModelConfigError, match=r"model.json: distributed_executor_backend 'ray' needs Ray"
