@@ -42,6 +42,7 @@ def lifecycle_options(settings: Settings) -> LifecycleOptions:
         strict_readiness=settings.strict_readiness,
         allow_instance_pin=settings.allow_instance_pin,
         max_instances=settings.max_instances_per_model,
+        config_name=settings.model_config_name or None,
     )
 
 

@@ -45,6 +45,13 @@ class SettingsFields(LimitFields, BaseSettings):
         description="With model_control_mode 'explicit': the models to load at start "
         "('*' alone: all).",
     )
+    model_config_name: str = Field(
+        "",
+        pattern=r"^[^\s/\\]*$",
+        description="Triton's --model-config-name: each model is configured from "
+        "configs/<name>.pbtxt in its folder where it has one, else from its config.pbtxt; "
+        "empty: config.pbtxt. A name without spaces or path separators.",
+    )
     repository_poll_secs: float = Field(
         15,
         gt=0,

@@ -48,6 +48,7 @@ def option_rows(settings: Settings, given: dict[str, str]) -> list[tuple[str, st
     capability = given.get("min-supported-compute-capability", MIN_COMPUTE_CAPABILITY)
     rows += [
         ("strict_model_config", "0"),
+        ("model_config_name", settings.model_config_name),
         ("rate_limit", "OFF"),
         ("pinned_memory_pool_byte_size", pool),
         ("min_supported_compute_capability", f"{float(capability):.1f}"),

@@ -42,6 +42,7 @@ LIST_FORMATS = {
 SECURITY = [
     "model_control_mode",
     "load_model",
+    "model_config_name",
     "repository_poll_secs",
     "exit_on_error",
     "strict_readiness",

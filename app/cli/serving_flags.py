@@ -138,12 +138,15 @@ MODEL_REPOSITORY = [
         "--model-control-mode=explicit is true.",
         repeat=True,
     ),
-    ignored(
+    setting(
         "model-config-name",
         Kind.STRING,
-        "The custom configuration name for models to load.",
-        note="Each model's config.pbtxt is read (Triton reads configs/<name>.pbtxt where a "
-        "model has one).",
+        "model_config_name",
+        "The custom configuration name for models to load. The name should not contain any "
+        "space character. For example: --model-config-name=h100. If --model-config-name is not "
+        "set, Triton will use the default config.pbtxt.",
+        note="Each model is configured from configs/<name>.pbtxt in its folder where it has "
+        "one, else from its config.pbtxt.",
     ),
     ignored(
         "model-load-thread-count",

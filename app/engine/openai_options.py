@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Json, ValidationError
 
 from app.errors import ModelConfigError, did_you_mean
-from app.repository.layout import CONFIG_FILE, ModelSpec
+from app.repository.layout import ModelSpec
 
 PREFIX = "OPENAI_"
 TEMPLATE_MARKERS = ("{{", "{%")
@@ -44,8 +44,8 @@ def option_names() -> list[str]:
 
 
 def openai_options(spec: ModelSpec) -> OpenAIOptions:
-    """The options of `spec`'s config.pbtxt, or a `ModelConfigError` naming the parameter."""
-    path = spec.version_path.parent / CONFIG_FILE
+    """The options of `spec`'s configuration file, or a `ModelConfigError` naming the parameter."""
+    path = spec.config_path
     values = {
         key.removeprefix(PREFIX).lower(): value
         for key, value in spec.parameters.items()

@@ -38,7 +38,7 @@ from app.engine.routing_signals import SignalSource
 from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
-from app.repository.layout import CONFIG_FILE, ModelSpec
+from app.repository.layout import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class VllmEngine:
         self._spec = spec
         self._openai_options = openai_options(spec)
         engine_args = dict(spec.engine_args)
-        config_path = spec.version_path.parent / CONFIG_FILE
+        config_path = spec.config_path
         try:
             check_tool_options(self._openai_options)
         except ModelConfigError as exc:
@@ -135,9 +135,7 @@ class VllmEngine:
             )
         except ModelConfigError as exc:
             await self.shutdown()
-            raise ModelConfigError(
-                f"{self._spec.version_path.parent / CONFIG_FILE}: {exc}"
-            ) from exc
+            raise ModelConfigError(f"{self._spec.config_path}: {exc}") from exc
 
     def engine_config(self) -> Any:
         """The engine's `VllmConfig` with the defaults `vllm serve` chooses for this hardware

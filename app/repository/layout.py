@@ -1,6 +1,7 @@
 """Reads a Triton model repository laid out for the vLLM backend.
 
 <repository>/<model>/config.pbtxt            optional, Triton's model configuration
+<repository>/<model>/configs/<name>.pbtxt   its configuration with --model-config-name=<name>
 <repository>/<model>/<version>/model.json    vLLM engine arguments
 <repository>/<model>/<version>/multi_lora.json   adapters, when `enable_lora` is true
 """
@@ -21,6 +22,10 @@ from tritonclient.grpc import model_config_pb2
 from app.core.routing import RoutingPolicy
 from app.errors import ModelConfigError
 from app.paths import PROJECT_ROOT
+
+# CONFIG_FILE is exported from here as well (bench/routing.py imports it from this module)
+from app.repository.config_file import CONFIG_FILE as CONFIG_FILE
+from app.repository.config_file import config_path
 from app.repository.instances import HostDevices, ModelInstance, plan_instances, routing_policy
 from app.security.load_overrides import (
     check_client_adapter,
@@ -30,7 +35,6 @@ from app.security.load_overrides import (
 
 ENGINE_ARGS_FILE = "model.json"
 LORA_FILE = "multi_lora.json"
-CONFIG_FILE = "config.pbtxt"
 PATH_ENGINE_ARGS = ("model", "tokenizer")
 
 EngineArgsCheck = Callable[[dict[str, Any], Path], dict[str, Any]]
@@ -74,6 +78,14 @@ class ModelSpec:
     instances: tuple[ModelInstance, ...] = ()
     """Its instances (config.pbtxt's `instance_group`), each an engine; none given: one."""
     routing: RoutingPolicy = field(default_factory=RoutingPolicy)
+    config_file: str = CONFIG_FILE
+    """The file `config` was read from, relative to the model's folder (`configs/<name>.pbtxt`
+    with --model-config-name)."""
+
+    @property
+    def config_path(self) -> Path:
+        """The model's configuration file (it may be absent: the default configuration)."""
+        return self.version_path.parent / self.config_file
 
     @property
     def instance_plan(self) -> tuple[ModelInstance, ...]:
@@ -100,9 +112,11 @@ def load_repository(
     only: Collection[str] | None = None,
     check_engine_args: EngineArgsCheck = accept_engine_args,
     devices: HostDevices | None = None,
+    config_name: str | None = None,
 ) -> list[ModelSpec]:
     """Every version to serve from `root`, restricted to the model names in `only` (None:
-    every model); instances are placed on `devices` (default: this host's)."""
+    every model); instances are placed on `devices` (default: this host's); `config_name`:
+    Triton's --model-config-name."""
     root = root.resolve()
     if not root.is_dir():
         raise ModelConfigError(f"model repository {root} is not a directory")
@@ -111,7 +125,9 @@ def load_repository(
         spec
         for name in model_names(root)
         if only is None or name in wanted
-        for spec in load_model(root / name, root, check_engine_args, devices=devices)
+        for spec in load_model(
+            root / name, root, check_engine_args, devices=devices, config_name=config_name
+        )
     ]
     missing = wanted - {spec.name for spec in specs}
     if missing:
@@ -149,19 +165,21 @@ def load_model(
     check_engine_args: EngineArgsCheck = accept_engine_args,
     provenance: Provenance = REPOSITORY_FILES,
     devices: HostDevices | None = None,
+    config_name: str | None = None,
 ) -> list[ModelSpec]:
     """The versions of one model that its version policy selects, with their instances placed
-    on `devices` (default: this host's)."""
+    on `devices` (default: this host's). With `config_name` (Triton's --model-config-name) the
+    model is configured from `configs/<config_name>.pbtxt` where it has one; a client's config
+    (`provenance.config`) is always its config.pbtxt, as in Triton."""
     if not model_dir.is_dir():
         raise ModelConfigError(
             f"failed to load '{model_dir.name}': no such model in the repository"
         )
-    config = read_config(model_dir)
+    path = config_path(model_dir, None if provenance.config else config_name)
+    config = parse_config_file(path)
     name = config.name or model_dir.name
     if name != model_dir.name:
-        raise ModelConfigError(
-            f"{model_dir / CONFIG_FILE}: name '{name}' differs from its folder '{model_dir.name}'"
-        )
+        raise ModelConfigError(f"{path}: name '{name}' differs from its folder '{model_dir.name}'")
     available = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     versions = select_versions(config, available)
     if not versions:
@@ -180,15 +198,39 @@ def load_model(
             check_engine_args,
             provenance,
             devices,
+            path.relative_to(model_dir).as_posix(),
         )
         for version in versions
     ]
 
 
-def read_config(model_dir: Path) -> Message:
-    """Parse config.pbtxt with protobuf's text format into Triton's `ModelConfig`."""
+@dataclass(frozen=True)
+class ModelReader:
+    """How a server reads its models' folders: the engine-argument check, the devices their
+    instances are placed on, and Triton's --model-config-name (`config_name`)."""
+
+    check_engine_args: EngineArgsCheck = accept_engine_args
+    devices: HostDevices | None = None
+    config_name: str | None = None
+
+    def read(
+        self, model_dir: Path, root: Path, provenance: Provenance = REPOSITORY_FILES
+    ) -> list[ModelSpec]:
+        """The versions to serve of the model in `model_dir` (`load_model`)."""
+        return load_model(
+            model_dir, root, self.check_engine_args, provenance, self.devices, self.config_name
+        )
+
+
+def read_config(model_dir: Path, config_name: str | None = None) -> Message:
+    """The configuration of the model in `model_dir` (`config_name`: --model-config-name)."""
+    return parse_config_file(config_path(model_dir, config_name))
+
+
+def parse_config_file(path: Path) -> Message:
+    """Parse a config.pbtxt with protobuf's text format into Triton's `ModelConfig` (an empty
+    one where the file is absent)."""
     config = model_config_pb2.ModelConfig()
-    path = model_dir / CONFIG_FILE
     if path.is_file():
         try:
             text_format.Parse(path.read_text(), config)
@@ -218,16 +260,18 @@ def read_version(
     check_engine_args: EngineArgsCheck,
     provenance: Provenance = REPOSITORY_FILES,
     devices: HostDevices | None = None,
+    config_file: str = CONFIG_FILE,
 ) -> ModelSpec:
-    """Read model.json (and multi_lora.json) of one version folder; place its instances."""
+    """Read model.json (and multi_lora.json) of one version folder; place its instances
+    (`config_file`: where `config` came from, relative to the model's folder)."""
     path = version_path / ENGINE_ARGS_FILE
     engine_args = read_json_object(path)
     if provenance.files:
         engine_args = check_client_engine_args(engine_args, version_path)
     engine_args = check_engine_args(engine_args, path)
     engine_notes = engine_args.pop(ENGINE_NOTES, {})
-    config_path = version_path.parent / CONFIG_FILE
-    instances = plan_instances(name, config, engine_args, config_path, devices or HostDevices())
+    path_of_config = version_path.parent / config_file
+    instances = plan_instances(name, config, engine_args, path_of_config, devices or HostDevices())
     for key in PATH_ENGINE_ARGS:
         if isinstance(engine_args.get(key), str) and not provenance.files:
             engine_args[key] = resolve_model_path(engine_args[key], version_path)
@@ -245,7 +289,8 @@ def read_version(
         config=config,
         engine_notes=engine_notes,
         instances=instances,
-        routing=routing_policy(parameters, config_path),
+        routing=routing_policy(parameters, path_of_config),
+        config_file=config_file,
     )
 
 

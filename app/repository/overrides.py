@@ -15,7 +15,8 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 from app.errors import InvalidRequestError
-from app.repository.layout import CONFIG_FILE, Provenance
+from app.repository.config_file import CONFIG_FILE
+from app.repository.layout import Provenance
 from app.security.uploaded_files import check_uploaded_files
 
 CONFIG_PARAMETER = "config"

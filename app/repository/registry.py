@@ -20,9 +20,9 @@ from app.repository.layout import (
     DUPLICATE_REASON,
     REPOSITORY_FILES,
     EngineArgsCheck,
+    ModelReader,
     ModelSpec,
     accept_engine_args,
-    load_model,
     model_folders,
 )
 from app.repository.overrides import (
@@ -72,6 +72,8 @@ class LifecycleOptions:
     """A request may name the instance it runs on (app/core/routing.py's PIN_HEADER)."""
     max_instances: int = MAX_INSTANCES_PER_MODEL
     """The most instances (engines) config.pbtxt's `instance_group` may give a model version."""
+    config_name: str | None = None
+    """Triton's --model-config-name: models are configured from `configs/<name>.pbtxt`."""
 
 
 NOT_UNIQUE = "failed to poll model '%s': not unique across all model repositories"
@@ -97,10 +99,10 @@ class ModelRegistry:
         roots = [repository] if isinstance(repository, Path) else list(repository)
         self._roots = tuple(root.resolve() for root in roots)
         self._factory = engine_factory
-        self._check_engine_args = check_engine_args
         self._options = options or LifecycleOptions()
         self._on_unloaded = on_unloaded
-        self._devices = devices or HostDevices(max_instances=self._options.max_instances)
+        devices = devices or HostDevices(max_instances=self._options.max_instances)
+        self._reader = ModelReader(check_engine_args, devices, self._options.config_name)
         self._models: dict[str, dict[str, ServedModel]] = {}
         self._supervision = Supervision(
             engine_factory, self._options.restart, self._count_restart, self._count_migration
@@ -149,9 +151,7 @@ class ModelRegistry:
         if name not in folders:
             roots = ", ".join(map(str, self._roots))
             raise ModelConfigError(f"models ['{name}'] not found in repository {roots}")
-        return load_model(
-            folders[name], folders[name].parent, self._check_engine_args, devices=self._devices
-        )
+        return self._reader.read(folders[name], folders[name].parent)
 
     def _load_failure(self, exc: BaseException) -> str:
         if DUPLICATE_REASON in str(exc):
@@ -288,9 +288,7 @@ class ModelRegistry:
         try:
             provenance = override.provenance if override is not None else REPOSITORY_FILES
             model_dir = staged.path if staged is not None else folder
-            specs = load_model(
-                model_dir, folder.parent, self._check_engine_args, provenance, self._devices
-            )
+            specs = self._reader.read(model_dir, folder.parent, provenance)
             current = list(self._models.get(name, {}).values())
             if current and not self._options.reload_in_place:
                 await self._reload_beside(name, specs, current)

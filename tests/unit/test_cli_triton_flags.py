@@ -17,7 +17,6 @@ from app.settings import Settings
 FORMERLY_REFUSED = [
     "--cache-config=local,size=1048576",
     "--response-cache-byte-size=1048576",
-    "--model-config-name=alternative",
     "--model-namespacing=true",
     "--http-header-forward-pattern=.*",
     "--grpc-header-forward-pattern=.*",
@@ -39,7 +38,6 @@ def test_every_flag_triton_accepts_is_taken_with_a_warning_where_it_has_no_effec
         "has no effect here: Triton's response cache does not apply to decoupled models, which "
         "every vLLM model is."
     )
-    assert "configs/<name>.pbtxt" in warnings[2]
 
 
 def test_the_deprecated_trace_flags_are_their_trace_config_settings() -> None:
@@ -93,6 +91,7 @@ def test_the_options_table_has_tritons_rows_with_this_servers_values() -> None:
         "model_repository_path[0]": "/models",
         "model_control_mode": "MODE_NONE",
         "strict_model_config": "0",
+        "model_config_name": "",
         "rate_limit": "OFF",
         "pinned_memory_pool_byte_size": "268435456",
         "min_supported_compute_capability": "6.0",
@@ -124,3 +123,15 @@ def test_the_options_table_of_a_triton_launch_line() -> None:
     assert (rows["strict_readiness"], rows["exit_timeout"]) == ("0", "5")
     assert (rows["pinned_memory_pool_byte_size"], rows["cache_enabled"]) == ("1024", "0")
     assert "| pinned_memory_pool_byte_size     | 1024" in table
+
+
+def test_model_config_name_is_a_setting_without_warning_and_an_options_row(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, command_line = settings_from(["--model-config-name=h100"], "tritonserver")
+    assert settings.model_config_name == "h100" and command_line.ignored == []
+    with caplog.at_level(logging.WARNING, logger="app.cli"):
+        warn_ignored(command_line.ignored)
+    assert caplog.records == []
+    assert dict(option_rows(settings, {}))["model_config_name"] == "h100"
+    assert "| model_config_name                | h100" in options_table(settings)
