@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from app.core.migration import MigratableEngine
 from app.core.types import InferenceEngine
 from app.errors import ServerError
+from app.repository.cancelling import cancel_and_wait
 from app.repository.gc_freeze import thawed_heap
 from app.repository.layout import ModelSpec
 from app.repository.liveness import ProgressWatch
@@ -122,9 +123,8 @@ class EngineSupervisor:
         """Stop watching (unload, reload, shutdown); an engine being started is stopped too,
         and requests waiting for a replacement end with their error."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is not None:
+            await cancel_and_wait(task)
         self._notify()
 
     async def replacement(self, failed: InferenceEngine) -> InferenceEngine | None:
@@ -195,9 +195,8 @@ class EngineSupervisor:
                 if probing is not None and probing.done():
                     return probing.result()
         finally:
-            if probing is not None and not probing.done():
-                probing.cancel()
-                await asyncio.gather(probing, return_exceptions=True)
+            if probing is not None:
+                await cancel_and_wait(probing)
 
     async def _probe(self, engine: InferenceEngine, watch: ProgressWatch) -> str:
         """Ask for a round trip every probe interval; return once an unanswered one shows the
