@@ -27,7 +27,8 @@ from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import model_config_pb2
 
-from app.repository.layout import CONFIG_FILE, ENGINE_ARGS_FILE, ModelSpec, read_config
+from app.repository.config_file import CONFIG_FILE
+from app.repository.layout import ENGINE_ARGS_FILE, ModelSpec, read_config
 from bench.burst import percentile
 from bench.progress import Progress
 from bench.servers import ServerProcess, free_ports, server_env

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from app.core.cancelling import cancel_and_wait
 from app.errors import EngineUnhealthyError
 
 logger = logging.getLogger(__name__)
@@ -160,8 +161,7 @@ class RayGroup:
         """Stop watching; the last group to stop disconnects this process from Ray."""
         poll, self._poll = self._poll, None
         if poll is not None:
-            poll.cancel()
-            await asyncio.gather(poll, return_exceptions=True)
+            await cancel_and_wait(poll)
         if self._connected:
             self._connected = False
             RayGroup.connected -= 1

@@ -22,10 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from app.core.routing import RoutingPolicy
 from app.errors import ModelConfigError
 from app.paths import PROJECT_ROOT
-
-# CONFIG_FILE is exported from here as well (bench/routing.py imports it from this module)
-from app.repository.config_file import CONFIG_FILE as CONFIG_FILE
-from app.repository.config_file import config_path
+from app.repository.config_file import CONFIG_FILE, config_path
 from app.repository.instances import HostDevices, ModelInstance, plan_instances, routing_policy
 from app.security.load_overrides import (
     check_client_adapter,

@@ -10,6 +10,7 @@ import os
 from collections.abc import Awaitable, Collection
 from pathlib import Path
 
+from app.core.cancelling import cancel_and_wait
 from app.repository.registry import ModelRegistry
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,7 @@ class RepositoryPoller:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:

@@ -12,10 +12,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.core.cancelling import cancel_and_wait
 from app.core.migration import MigratableEngine
 from app.core.types import InferenceEngine
 from app.errors import ServerError
-from app.repository.cancelling import cancel_and_wait
 from app.repository.gc_freeze import thawed_heap
 from app.repository.layout import ModelSpec
 from app.repository.liveness import ProgressWatch

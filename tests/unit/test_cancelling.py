@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from app.repository.cancelling import cancel_and_wait
+from app.core.cancelling import cancel_and_wait
 
 
 async def swallows_one_cancellation(swallowed: list[bool]) -> None:
