@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncGenerator
 
-from app.core.types import CompletionDelta, GenerationChunk, GenerationRequest
+from app.core.types import CompletionDelta, GenerationChunk, ValidRequest
 from app.engine.sampling import to_sampling_params
 
 TOKEN_TEXT = " tok"
@@ -61,7 +61,7 @@ class FastEngine:
     async def ping(self, timeout: float) -> None:
         return None
 
-    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+    async def generate(self, request: ValidRequest) -> AsyncGenerator[GenerationChunk, None]:
         params = to_sampling_params(request.sampling, request.stream)  # as the vLLM engine does
         total = params.max_tokens or 16
         prompt_tokens = len(request.prompt.split())

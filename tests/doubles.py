@@ -44,11 +44,18 @@ class ReceivedRequest:
     images: list[Any]
     lora: Any
     stream: bool
+    priority: int = 0
 
     @classmethod
     def of(cls, request: ValidRequest, params: SimpleNamespace) -> ReceivedRequest:
         return cls(
-            request.request_id, request.prompt, params, request.images, request.lora, request.stream
+            request.request_id,
+            request.prompt,
+            params,
+            request.images,
+            request.lora,
+            request.stream,
+            request.priority,
         )
 
 

@@ -44,7 +44,7 @@ class GenerationService:
         """The request's chunks: admitted, run on the engine it was routed to, recorded.
         Errors before the first chunk (admission, the engine refusing a parameter) are
         raised from the first `anext`; closing the iterator aborts the engine request."""
-        timing, guard = self._guard(model, request.request_id, observer)
+        timing, guard = self._guard(model, request.request_id, observer, request.timeout_seconds)
         collected: list[GenerationChunk] = []
         with self._recording(timing, guard):
             async with guard.admitted(model, request.route()) as engine:
@@ -83,11 +83,17 @@ class GenerationService:
             timing.complete = True
 
     def _guard(
-        self, model: ServingModel, request_id: str, observer: GenerationObserver | None
+        self,
+        model: ServingModel,
+        request_id: str,
+        observer: GenerationObserver | None,
+        client_timeout: float | None = None,
     ) -> tuple[RequestTiming, RequestGuard]:
-        """A request's timing, and its guard with the server's limits and deadline."""
+        """A request's timing, and its guard with the server's limits and deadline: the
+        server's timeout, or the client's where that is sooner."""
         timing = RequestTiming(model.name, model.version, client_id(observer, request_id))
-        guard = RequestGuard(request_id, self.limits, observer, self.timeout_seconds, timing=timing)
+        timeout = sooner(self.timeout_seconds, client_timeout)
+        guard = RequestGuard(request_id, self.limits, observer, timeout, timing=timing)
         return timing, guard
 
     @contextmanager
@@ -120,6 +126,13 @@ class GenerationService:
             prompt = engine.render_chat_prompt(request.prompt)
             request = dataclasses.replace(request, prompt=prompt, chat_template=False)
         return engine.generate(request)
+
+
+def sooner(first: float | None, second: float | None) -> float | None:
+    """The smaller of two timeouts; None is no timeout."""
+    if first is None or second is None:
+        return second if first is None else first
+    return min(first, second)
 
 
 def client_id(observer: GenerationObserver | None, request_id: str) -> str:

@@ -53,6 +53,12 @@ class ValidRequest:
     first chunk: a stream can start then, rather than after the first token."""
     instance_pin: str | None = None
     """The instance the client asked for (the pin header's value), where pins are allowed."""
+    timeout_seconds: float | None = None
+    """The client's bound on the request's time from its admission (None: the server's
+    REQUEST_TIMEOUT alone, which bounds it too)."""
+    priority: int = 0
+    """Its place in the engine's queue where the engine schedules by priority (vLLM's
+    meaning: lower values first; 0 is the default)."""
     n: int = field(init=False)
     """Completions asked for (`sampling["n"]`, else 1)."""
     max_tokens: int | None = field(init=False)
@@ -72,10 +78,6 @@ class ValidRequest:
             pin=self.instance_pin,
             chat_template=self.chat_template,
         )
-
-
-GenerationRequest = ValidRequest
-"""The name engines outside `app` (bench/fast_engine.py) know the request by."""
 
 
 def integer(value: Any) -> int | None:

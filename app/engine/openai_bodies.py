@@ -62,6 +62,6 @@ def fields_of(request_class: type[BaseModel]) -> type[BaseModel]:
     return model
 
 
-def given(request: BaseModel, field: str) -> Any:
+def set_by_client(request: BaseModel, field: str) -> Any:
     """The field's value if the client set it, else None."""
     return getattr(request, field) if field in request.model_fields_set else None

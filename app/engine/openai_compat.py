@@ -47,13 +47,13 @@ __all__ = [
     "ResponsesRequest",
     "ResponsesResponse",
     "ToolParserManager",
-    "accepted",
     "create_error_response",
     "load_chat_template",
+    "supported_arguments",
 ]
 
 
-def accepted(cls: type, arguments: dict[str, Any]) -> dict[str, Any]:
+def supported_arguments(cls: type, arguments: dict[str, Any]) -> dict[str, Any]:
     """`arguments` less those `cls` does not take: newer releases' arguments are dropped on
     older ones, where their defaults hold anyway."""
     parameters = inspect.signature(cls.__init__).parameters  # type: ignore[misc]

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.core.limits import check_count, integer
-from app.engine.openai_bodies import given
+from app.engine.openai_bodies import set_by_client
 from app.errors import InvalidRequestError
 
 LIMITED_FIELDS = (
@@ -66,7 +66,7 @@ def check_logprobs(body: Mapping[str, Any], max_logprobs: int) -> None:
 def values_of(request: BaseModel, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
     """The limited fields of vLLM's request model; `max_tokens` only where the client set it."""
     values = {name: getattr(request, name, None) for name in LIMITED_FIELDS}
-    values[max_tokens_field] = given(request, max_tokens_field)
+    values[max_tokens_field] = set_by_client(request, max_tokens_field)
     values["prompt"] = getattr(request, "prompt", None)
     return values
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from app.core.guard import RequestGuard
 from app.engine.openai_acceptance import first_then_rest
 from app.engine.openai_bodies import parse
-from app.engine.openai_compat import OpenAIServingResponses, ResponsesRequest, accepted
+from app.engine.openai_compat import OpenAIServingResponses, ResponsesRequest, supported_arguments
 from app.engine.openai_engine_client import GuardedEngineClient
 from app.engine.openai_limits import check_limits, check_logprobs, values_of
 from app.errors import ModelNotFoundError
@@ -29,7 +29,7 @@ def responses_server(llm: Any, models: Any, arguments: Mapping[str, Any]) -> Any
     """vLLM's Responses server with those of the chat server's arguments that it takes (the
     renderer, chat template, parsers, usage options), its response store off."""
     server = OpenAIServingResponses(
-        llm, models, **accepted(OpenAIServingResponses, dict(arguments))
+        llm, models, **supported_arguments(OpenAIServingResponses, dict(arguments))
     )
     server.enable_store = False
     return server

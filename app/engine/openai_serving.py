@@ -27,9 +27,9 @@ from app.engine.openai_compat import (
     OpenAIServingCompletion,
     OpenAIServingModels,
     ToolParserManager,
-    accepted,
     create_error_response,
     load_chat_template,
+    supported_arguments,
 )
 from app.engine.openai_engine_client import EngineOutputs, GuardedEngineClient
 from app.engine.openai_engine_client import EngineRequests as EngineRequests  # for VllmEngine
@@ -258,7 +258,9 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
         renderer = OnlineRenderer(
             llm.model_config,
             llm.renderer,
-            **accepted(OnlineRenderer, {**shared, "reasoning_parser": reasoning or None}),
+            **supported_arguments(
+                OnlineRenderer, {**shared, "reasoning_parser": reasoning or None}
+            ),
         )
         completion = OpenAIServingCompletion(
             llm, models, online_renderer=renderer, request_logger=None, **usage
@@ -270,7 +272,10 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
             "online_renderer": renderer,
         }
         chat = OpenAIServingChat(
-            llm, models, options.response_role, **accepted(OpenAIServingChat, chat_arguments)
+            llm,
+            models,
+            options.response_role,
+            **supported_arguments(OpenAIServingChat, chat_arguments),
         )
         responses = responses_server(llm, models, chat_arguments)
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
@@ -291,7 +296,7 @@ def check_tool_options(options: OpenAIOptions) -> None:
                 f"OPENAI_TOOL_CALL_PARSER: no tool-call parser '{options.tool_call_parser}' "
                 f"(known: {known})"
             ) from exc
-    if options.tool_strict_level and not accepted(
+    if options.tool_strict_level and not supported_arguments(
         OnlineRenderer, {"tool_strict_level": options.tool_strict_level}
     ):
         raise ModelConfigError("OPENAI_TOOL_STRICT_LEVEL needs vLLM >= 0.30")

@@ -12,7 +12,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.engine.openai_bodies import parse
-from app.engine.openai_compat import ErrorResponse, OnlineRenderer, accepted, load_chat_template
+from app.engine.openai_compat import (
+    ErrorResponse,
+    OnlineRenderer,
+    load_chat_template,
+    supported_arguments,
+)
 from app.engine.openai_options import OpenAIOptions
 from app.errors import InvalidRequestError, ModelNotFoundError, NotSupportedError, ServerError
 from app.security.redaction import client_message
@@ -143,7 +148,7 @@ def tokenization_server(llm: Any, models: Any, options: OpenAIOptions) -> Any:
     renderer = OnlineRenderer(
         llm.model_config,
         llm.renderer,
-        **accepted(
+        **supported_arguments(
             OnlineRenderer,
             {
                 "request_logger": None,

@@ -181,7 +181,7 @@ class VllmEngine:
         end with `EngineUnhealthyError`, and none of its processes is left running."""
         creating, self._creating = self._creating, None
         if creating is not None and self._llm is None:
-            self._llm = await built(creating)
+            self._llm = await once_built(creating)
             self._processes = engine_processes(self._llm)
         llm, self._llm = self._llm, None
         self._openai = None
@@ -266,6 +266,11 @@ class VllmEngine:
             raise EngineDeadError()
         return self._llm.generate(prompt, params, request_id, **kwargs)
 
+    def _schedules_by_priority(self) -> bool:
+        """model.json's `scheduling_policy` is priority (else, as Triton, priorities do nothing)."""
+        config = getattr(self._llm, "vllm_config", None)
+        return getattr(getattr(config, "scheduler_config", None), "policy", "fcfs") == "priority"
+
     @property
     def max_model_len(self) -> int:
         return self._llm.model_config.max_model_len if self._llm is not None else 0
@@ -338,8 +343,10 @@ class VllmEngine:
             lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
         if request.on_accepted is not None:
             self._llm.on_accepted[request.request_id] = request.on_accepted
+        schedule = {"priority": request.priority} if self._schedules_by_priority() else {}
+        request_id = request.request_id
         outputs = self.outputs(
-            request.request_id, prompt, sampling_params, request.request_id, lora_request=lora
+            request_id, prompt, sampling_params, request_id, lora_request=lora, **schedule
         )
         try:
             async for output in outputs:
@@ -382,7 +389,7 @@ def return_freed_memory() -> None:
         MALLOC_TRIM(0)
 
 
-async def built(creating: asyncio.Future[Built]) -> Built | None:
+async def once_built(creating: asyncio.Future[Built]) -> Built | None:
     """The engine a start was building, once built; None when building it failed."""
     try:
         return await asyncio.shield(creating)

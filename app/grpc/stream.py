@@ -139,10 +139,17 @@ class StreamSession:
         chunk's response is written final once the core has ended the request cleanly."""
         model = self._runtime.registry.get(request.model_name, request.model_version)
         log.model, log.version = model.name, model.version
-        given = read_request(request)
-        log.prompt = given.inputs.get("text_input")
+        received = read_request(request)
+        log.prompt = received.inputs.get("text_input")
         limits = self._runtime.generation.limits
-        inputs = read_inputs(given.inputs, given.parameters, limits, None, given.requested_outputs)
+        inputs = read_inputs(
+            received.inputs,
+            received.parameters,
+            limits,
+            None,
+            received.requested_outputs,
+            received.schedule,
+        )
         triton = triton_request(inputs, model, ONE_RESPONSE_UNLESS_STREAM, limits)
         triton.request.instance_pin = self._pin
         builder = ResponseBuilder(triton, model.name, model.version, scalars=False)
@@ -161,7 +168,7 @@ class StreamSession:
                     await self._write(message)
         finally:
             await chunks.aclose()
-        if given.empty_final_response:
+        if received.empty_final_response:
             if held is not None:
                 await self._write(held)
             await self._write(responses.empty_final())

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 StopValue = StrictStr | list[StrictStr]
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+UINT64_MAX = 2**64 - 1
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 StructuredOutputs = dict[str, Any] | StrictStr
 
@@ -25,6 +26,20 @@ class SamplingParameters(BaseModel):
     lora_name: StrictStr | None = Field(None, description="LoRA adapter from multi_lora.json.")
     apply_chat_template: bool | None = Field(
         None, description="Wrap text_input in the model's chat template (default: per model)."
+    )
+    priority: int | None = Field(
+        None,
+        ge=0,
+        le=UINT64_MAX,
+        description="Triton's request priority (0: the default); the engine's queue order "
+        "where model.json sets scheduling_policy: priority (lower values first).",
+    )
+    timeout: int | None = Field(
+        None,
+        ge=0,
+        le=UINT64_MAX,
+        description="Triton's request timeout in microseconds (0: none): the request ends "
+        "with a 504 once it runs longer (REQUEST_TIMEOUT_SECONDS bounds it too).",
     )
     max_tokens: int | None = Field(
         None, ge=1, le=INT32_MAX, description="New tokens at most (vLLM: 16)."

@@ -15,8 +15,23 @@ from app.schemas.validation import json_object_text, validate_data
 from app.triton.tensors import INPUT_NAMES, TEXT_OUTPUT, outputs_asked
 
 PARAMETERS_FIELD = "parameters"
+SCHEDULE_PARAMETERS = ("priority", "timeout")
+"""Request parameters Triton's core reads itself (its schedule-policy extension)."""
 SAMPLING_PARAMETERS = "sampling_parameters"
 DEFAULT_LIMITS = RequestLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Triton's schedule-policy parameters (its core's, not the backend's): `priority` (0:
+    the default) and `timeout` in microseconds (0: none)."""
+
+    priority: int = 0
+    timeout_us: int = 0
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        return self.timeout_us / 1_000_000 if self.timeout_us else None
 
 
 @dataclass(slots=True)
@@ -31,34 +46,38 @@ class TritonInputs:
     exclude_input_in_output: bool | None = None
     outputs: frozenset[str] = frozenset({TEXT_OUTPUT.name})
     """The outputs its responses hold (`text_output` and those a `return_*` input asks for)."""
+    schedule: Schedule = field(default_factory=Schedule)
+    """Triton's schedule-policy parameters of the request."""
 
 
 def body_inputs(body: GenerateRequest, limits: RequestLimits = DEFAULT_LIMITS) -> TritonInputs:
     """The inputs of a `generate` body (the POST body, or the GET stream's query)."""
-    given = {name: getattr(body, name) for name in INPUT_NAMES}
-    return read_inputs(given, body.parameters, limits, dict(body.model_extra or {}))
+    by_input = {name: getattr(body, name) for name in INPUT_NAMES}
+    return read_inputs(by_input, body.parameters, limits, dict(body.model_extra or {}))
 
 
 def read_inputs(
-    given: dict[str, Any],
+    by_input: dict[str, Any],
     parameters: SamplingParameters | dict[str, Any] | None,
     limits: RequestLimits = DEFAULT_LIMITS,
     extra: dict[str, Any] | None = None,
     requested: frozenset[str] = frozenset(),
+    schedule: Schedule | None = None,
 ) -> TritonInputs:
-    """The inputs from the values `given` by input name (None: absent), the request's
+    """The inputs from their values `by_input` name (None: absent), the request's
     `parameters` (as read by their schema, or as sent) and any `extra` parameters (Triton
     takes unknown top-level keys as such): their types checked, then the server's `limits`,
     before any work whose size the request chooses; with `requested` outputs, the others
-    are left out."""
-    lifted, parameters = lift_inputs(given, parameters)
-    given = {**given, **lifted}
-    images = images_of(given.get("image"))
-    outputs = outputs_asked(given)
+    are left out. The schedule-policy parameters are `schedule` (gRPC reads them from the
+    request's parameters) or else taken from `parameters`."""
+    lifted, parameters = lift_inputs(by_input, parameters)
+    by_input = {**by_input, **lifted}
+    images = images_of(by_input.get("image"))
+    outputs = outputs_asked(by_input)
     if lifted:
-        checked = validate_data(GenerateRequest, given, PARAMETERS_FIELD)
-        given.update((key, getattr(checked, key)) for key in lifted)
-    sampling_text = given.get(SAMPLING_PARAMETERS)
+        checked = validate_data(GenerateRequest, by_input, PARAMETERS_FIELD)
+        by_input.update((key, getattr(checked, key)) for key in lifted)
+    sampling_text = by_input.get(SAMPLING_PARAMETERS)
     if sampling_text is not None:
         raw = json_object_text(sampling_text, SAMPLING_PARAMETERS)
         sampling = validate_data(SamplingParameters, raw, SAMPLING_PARAMETERS).model_dump(
@@ -70,20 +89,29 @@ def read_inputs(
             parameters = validate_data(SamplingParameters, parameters, PARAMETERS_FIELD)
         if parameters is not None:
             sampling.update(parameters.model_dump(exclude_none=True))
+    in_parameters = schedule_of(sampling)
     check_sampling(sampling, limits, PARAMETERS_FIELD)
     check_count("image", len(images), limits.max_images)
     return TritonInputs(
-        text_input=given["text_input"],
+        text_input=by_input["text_input"],
         parameters=sampling,
         images=images,
-        stream=given.get("stream"),
-        exclude_input_in_output=given.get("exclude_input_in_output"),
+        stream=by_input.get("stream"),
+        exclude_input_in_output=by_input.get("exclude_input_in_output"),
         outputs=outputs & requested if requested else outputs,
+        schedule=in_parameters if schedule is None else schedule,
     )
 
 
+def schedule_of(sampling: dict[str, Any]) -> Schedule:
+    """Take Triton's schedule-policy parameters (their types checked by the schema) out of the
+    sampling parameters: they are the request's, not the engine's sampling."""
+    priority, timeout = (sampling.pop(name, None) for name in SCHEDULE_PARAMETERS)
+    return Schedule(priority or 0, timeout or 0)
+
+
 def lift_inputs(
-    given: dict[str, Any], parameters: SamplingParameters | dict[str, Any] | None
+    by_input: dict[str, Any], parameters: SamplingParameters | dict[str, Any] | None
 ) -> tuple[dict[str, Any], SamplingParameters | dict[str, Any] | None]:
     """Triton's mapping of the generate extension: a key inside `parameters` that names a
     model input (`exclude_input_in_output`, `return_logprobs`, ...) is that input, not a
@@ -100,7 +128,7 @@ def lift_inputs(
     if not lifted:
         return {}, parameters
     for key in lifted:
-        if key == "text_input" or given.get(key) is not None:
+        if key == "text_input" or by_input.get(key) is not None:
             raise InvalidRequestError(f"{PARAMETERS_FIELD}.{key}: also given as the input '{key}'")
     if isinstance(parameters, dict):
         return lifted, {k: v for k, v in parameters.items() if k not in lifted}

@@ -90,6 +90,8 @@ def triton_request(
         lora=resolve_lora(lora_name, model),
         outputs=inputs.outputs,
         parameters_field=PARAMETERS_FIELD,
+        timeout_seconds=inputs.schedule.timeout_seconds,
+        priority=inputs.schedule.priority,
     )
     return TritonRequest(request, inputs.text_input, prepend_input, client_parameters)
 

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from app.engine.cpu_defaults import CpuHost
-from tests.support.sse import stream_events
+from tests.support.openai_api import wait_engine_idle
+from tests.support.sse import sse_events, stream_events
 
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
@@ -205,6 +206,23 @@ def test_bad_input_gets_400_naming_the_problem(
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/json"
     assert message in response.json()["error"]
+
+
+@pytest.mark.parametrize("route", [GENERATE, STREAM])
+def test_a_request_ends_at_the_timeout_its_client_gave(http: httpx.Client, route: str) -> None:
+    """Triton's `timeout` parameter (microseconds) bounds the request; `priority` is taken
+    and left out of sampling (this engine queues first come, first served)."""
+    parameters = {"max_tokens": 4000, "ignore_eos": True, "timeout": 500_000, "priority": 3}
+    started = time.monotonic()
+    response = http.post(route, json={"text_input": "Hi", "parameters": parameters})
+    seconds = time.monotonic() - started
+    timed_out = {"error": "Request timed out after 0.5 s and was aborted"}
+    if response.status_code == 200:  # a stream that started before its deadline
+        assert route == STREAM and sse_events(response)[-1] == timed_out
+    else:
+        assert response.status_code == 504 and response.json() == timed_out
+    assert seconds < 30, seconds
+    assert wait_engine_idle(str(http.base_url)), "the engine still holds the request"
 
 
 def test_invalid_json_and_unknown_model(http: httpx.Client) -> None:

@@ -6,7 +6,7 @@ restarted by supervision from its kept folder, which is removed at shutdown.
 
 The server of this module: a copy of the default repository, every model loaded at start,
 its temporary folders in a folder of its own (TMPDIR) so that the override folders can be
-seen."""
+seen, admitting 8 requests a model (its loaded model runs one at a time)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,7 @@ def explicit(place: Path) -> Iterator[RunningServer]:
         "CPU_KVCACHE_SPACE_GIB": "1",
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "DRAIN_TIMEOUT_SECONDS": "5",
+        "MAX_PENDING_REQUESTS": "8",
         "TMPDIR": str(place / "tmp"),
     }
     repository = str(place / "repository")
@@ -76,8 +78,15 @@ def http(explicit: RunningServer) -> Iterator[httpx.Client]:
 
 
 def load_body(files: dict[str, Any]) -> dict[str, object]:
-    """model.json naming `weights` in version 1, and `files` (name -> bytes or JSON) in it."""
-    model_json = {"model": "weights", "load_format": "dummy", "max_model_len": 512}
+    """model.json naming `weights` in version 1 (one request at a time, queued by priority),
+    and `files` (name -> bytes or JSON) in it."""
+    model_json = {
+        "model": "weights",
+        "load_format": "dummy",
+        "max_model_len": 512,
+        "max_num_seqs": 1,
+        "scheduling_policy": "priority",
+    }
     parameters = {"config": "{}", "file:1/model.json": encoded(model_json)}
     parameters.update({f"file:1/weights/{name}": encoded(data) for name, data in files.items()})
     return {"parameters": parameters}
@@ -181,3 +190,33 @@ def test_a_model_loaded_from_uploaded_files_is_restarted_after_its_engine_dies(
     answer = http.post(GENERATE, json=body)
     assert answer.status_code == 200, answer.text
     assert folder.is_dir() and [p.pid for p in engine_cores(explicit)] != [core.pid]
+
+
+def test_a_priority_reorders_the_queue_of_an_engine_that_schedules_by_it(
+    http: httpx.Client,
+) -> None:
+    """The loaded model runs one request at a time, queued by priority: while one runs, a
+    request of priority 1 sent after one of priority 9 finishes first (first come, first
+    served would run it last)."""
+    assert http.get(READY).status_code == 200
+    finished: dict[int, float] = {}
+
+    def generate(priority: int, tokens: int) -> None:
+        parameters = {"max_tokens": tokens, "ignore_eos": True, "priority": priority}
+        response = http.post(GENERATE, json={"text_input": "Hello", "parameters": parameters})
+        assert response.status_code == 200, response.text
+        finished[priority] = time.monotonic()
+
+    threads = [
+        threading.Thread(target=generate, args=(priority, tokens))
+        for priority, tokens in [(5, 480), (9, 8), (1, 8)]
+    ]
+    sent: list[float] = []
+    for thread in threads:
+        thread.start()
+        sent.append(time.monotonic())
+        time.sleep(0.3)
+    for thread in threads:
+        thread.join(ENGINE_START_S)
+    assert finished[5] > sent[2], "the first request ended before the others queued"
+    assert finished[1] < finished[9], finished
