@@ -11,33 +11,21 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from app.cli.flags import Effect, Flag, Kind, argument_of
-from app.cli.other_flags import BACKEND, GRPC, METRICS, OTHERS, TRACING
+from app.cli.flags import Effect, Flag, Kind, argument_of, setting
+from app.cli.grpc_metrics_tracing_flags import BACKEND, GRPC, METRICS, OTHERS, TRACING
 from app.cli.serving_flags import HTTP, LOGGING, MODEL_REPOSITORY, SERVER
 from app.paths import PROJECT_ROOT
 from app.settings import Settings
 
 OURS = [
-    Flag(
-        "host",
-        Kind.STRING,
-        "Address to listen on (HTTP, and gRPC unless GRPC_ADDRESS).",
-        setting="host",
+    setting(
+        "host", Kind.STRING, "host", "Address to listen on (HTTP, and gRPC unless GRPC_ADDRESS)."
     ),
-    Flag("port", Kind.INT, "The HTTP port.", setting="port"),
-    Flag(
-        "models",
-        Kind.STRING,
-        "Load only these models of the repository.",
-        setting="models",
-        many=True,
+    setting("port", Kind.INT, "port", "The HTTP port."),
+    setting(
+        "models", Kind.STRING, "models", "Load only these models of the repository.", many=True
     ),
-    Flag(
-        "log-level",
-        Kind.STRING,
-        "debug, info, warning or error.",
-        setting="log_level",
-    ),
+    setting("log-level", Kind.STRING, "log_level", "debug, info, warning or error."),
 ]
 TRITON_GROUPS: list[tuple[str, list[Flag]]] = [
     ("Server", SERVER),
@@ -65,13 +53,8 @@ def setting_flags(taken: set[str]) -> list[Flag]:
             continue
         argument, is_list = argument_of(info.annotation)
         flags.append(
-            Flag(
-                flag_name,
-                Kind.STRING,
-                info.description or "",
-                setting=name,
-                repeat=is_list,
-                arg=argument,
+            setting(
+                flag_name, Kind.STRING, name, info.description or "", repeat=is_list, arg=argument
             )
         )
     return flags

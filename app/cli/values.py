@@ -101,19 +101,7 @@ def restriction(value: str, flag: str, prefix: str) -> str:
 
 def backend_config(value: str) -> str:
     """`<backend>,<setting>=<value>` or `<setting>=<value>`."""
-    name_end = value.find(",")
-    setting_end = value.find("=", name_end + 1)
-    if name_end == 0:
-        raise ValueError(
-            "No backend specified. --backend-config option format is "
-            "<backend name>,<setting>=<value> "
-            f"or <setting>=<value>. Got {value}"
-        )
-    if setting_end < 0 or not value[name_end + 1 : setting_end] or not value[setting_end + 1 :]:
-        raise ValueError(
-            f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {value}"
-        )
-    return value
+    return scoped_setting(value, "backend-config", "backend", "<backend name>")
 
 
 def cache_config(value: str) -> str:
@@ -155,21 +143,38 @@ def metrics_config(value: str) -> str:
 
 def trace_config(value: str) -> str:
     """`<mode>,<setting>=<value>` (mode triton or opentelemetry) or `<setting>=<value>`."""
-    mode_end = value.find(",")
-    setting_end = value.find("=", mode_end + 1)
-    if mode_end == 0:
+    return scoped_setting(value, "trace-config", "trace mode", "<trace mode>", trace_mode)
+
+
+def trace_mode(mode: str) -> None:
+    if mode.lower() not in ("triton", "opentelemetry"):
         raise ValueError(
-            "No trace mode specified. --trace-config option format is "
-            "<trace mode>,<setting>=<value> "
-            f"or <setting>=<value>. Got {value}"
-        )
-    if mode_end > 0 and value[:mode_end].lower() not in ("triton", "opentelemetry"):
-        raise ValueError(
-            f"invalid value for trace mode option: {value[:mode_end]}. Available options are "
+            f"invalid value for trace mode option: {mode}. Available options are "
             '"triton" and "opentelemetry"'
         )
-    if setting_end < 0 or not value[mode_end + 1 : setting_end] or not value[setting_end + 1 :]:
+
+
+def scoped_setting(
+    value: str,
+    flag: str,
+    scope: str,
+    placeholder: str,
+    check_scope: Callable[[str], None] | None = None,
+) -> str:
+    """`<scope>,<setting>=<value>` or `<setting>=<value>` (--backend-config, --trace-config),
+    with Triton's messages for a missing scope, setting or value; `check_scope` checks a
+    scope's name where one is given."""
+    scope_end = value.find(",")
+    setting_end = value.find("=", scope_end + 1)
+    if scope_end == 0:
         raise ValueError(
-            f"--trace-config option format is '<trace mode>,<setting>=<value>'. Got {value}"
+            f"No {scope} specified. --{flag} option format is {placeholder},<setting>=<value> "
+            f"or <setting>=<value>. Got {value}"
+        )
+    if scope_end > 0 and check_scope is not None:
+        check_scope(value[:scope_end])
+    if setting_end < 0 or not value[scope_end + 1 : setting_end] or not value[setting_end + 1 :]:
+        raise ValueError(
+            f"--{flag} option format is '{placeholder},<setting>=<value>'. Got {value}"
         )
     return value

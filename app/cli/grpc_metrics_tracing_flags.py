@@ -1,5 +1,6 @@
-"""Triton's flags of its GRPC, Metrics, Tracing, Backend and other groups, each set onto a
-setting of ours or accepted without effect (src/command_line_parser.cc)."""
+"""Triton's flags of its GRPC, Metrics and Tracing groups, then of its last two (Backend, and
+Other: caches, memory pools, and the deprecated trace flags), each set onto a setting of ours or
+accepted without effect (src/command_line_parser.cc)."""
 
 from __future__ import annotations
 
