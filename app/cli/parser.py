@@ -74,15 +74,16 @@ def parse(argv: Sequence[str], flags: Sequence[Flag], prog: str) -> CommandLine:
 
 
 def find_flag(name: str, arg: str, flags: Sequence[Flag], prog: str) -> Flag:
-    """The flag `name` spells, or the one flag it is a prefix of (getopt_long's rule)."""
+    """The flag `name` spells, or the one flag it is a prefix of: getopt_long's rule, where a
+    prefix of two flags is ambiguous, each of Triton's flags being an option of its own (bar
+    --model-store and --model-repository, which no prefix names alone)."""
     exact = [flag for flag in flags if flag.name == name]
     if exact:
         return exact[0]
     candidates = [flag for flag in flags if flag.name.startswith(name)] if name else []
-    targets = {(flag.setting, flag.kind, flag.effect, flag.convert) for flag in candidates}
     if not candidates:
         raise ParseError(getopt=f"{prog}: unrecognized option '{arg}'")
-    if len(targets) > 1:
+    if len(candidates) > 1:
         possibilities = "".join(f" '--{flag.name}'" for flag in candidates)
         raise ParseError(
             getopt=f"{prog}: option '{arg.partition('=')[0]}' is ambiguous; "
