@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Send
+from fastapi.responses import JSONResponse, Response
 
 from app.core.guard import RequestGuard
 from app.core.limits import check_name
@@ -25,6 +24,7 @@ from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
 from app.http.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, until_disconnect
 from app.http.errors import http_status
 from app.http.parsing import parsed
+from app.http.sse import EventStream
 from app.observability.access_log import RequestLog
 from app.openai.errors import error_event, error_frame
 from app.openai.models import Target, resolve
@@ -83,7 +83,7 @@ async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: End
     if isinstance(first, dict):
         await results.aclose()
         return JSONResponse(first)
-    return EventStreamResponse(frames_of(results))
+    return EventStream(frames_of(results))
 
 
 async def run(
@@ -154,12 +154,12 @@ def failure_frame(endpoint: Endpoint, exc: ServerError, sent: int) -> str:
     return error_frame(exc, http_status(exc))
 
 
-async def frames_of(results: Results) -> AsyncGenerator[str, None]:
+async def frames_of(results: Results) -> AsyncGenerator[bytes, None]:
     """The SSE frames of a started stream."""
     async with aclosing(results):
         async for item in results:
             if isinstance(item, str):
-                yield item
+                yield item.encode()
 
 
 async def read_body(request: Request) -> dict[str, Any]:
@@ -197,29 +197,3 @@ def prompt_text(prompt: Any) -> str | None:
     if prompt is None or isinstance(prompt, str):
         return prompt
     return json.dumps(prompt, ensure_ascii=False)
-
-
-class EventStreamResponse(StreamingResponse):
-    """The frames as they come; their iterator is closed however the response ends (a client
-    gone mid-stream aborts the engine requests at once)."""
-
-    def __init__(self, frames: AsyncGenerator[str, None]) -> None:
-        super().__init__(frames, media_type="text/event-stream")
-        self.frames = frames
-
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            async for frame in self.frames:
-                await send(
-                    {"type": "http.response.body", "body": frame.encode(), "more_body": True}
-                )
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            await self.frames.aclose()

@@ -13,6 +13,7 @@ from sse_starlette import EventSourceResponse
 from app.errors import NotSupportedError, ServerError
 from app.http.dependencies import RegistryDep
 from app.http.disconnect import CLIENT_CLOSED_REQUEST
+from app.http.sse import EventStream
 from app.repository.served_model import ServedModel
 from app.routes.bodies import GenerateBody
 from app.routes.model_routes import model_routes
@@ -33,7 +34,6 @@ from app.routes.responses import GenerationContext, GenerationContextDep, open_r
 from app.routes.sse import (
     EVENT_SOURCE_FRAMING,
     TRITON_FRAMING,
-    EventStream,
     Framing,
     error_event_stream,
     sse_frames,
@@ -150,7 +150,7 @@ async def event_stream(
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
     first, rest = responses
-    return EventStream(sse_frames(first, rest, framing), sep="\n", ping=context.ping_seconds)
+    return EventStream(sse_frames(first, rest, framing), context.ping_seconds)
 
 
 def accepts_event_stream(request: Request) -> bool:

@@ -1,4 +1,5 @@
-"""Server-Sent Events of `generate_stream`: the response class and the frames it sends."""
+"""Server-Sent Events of `generate_stream`: the frames it sends (the response is
+`app.http.sse.EventStream`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sse_starlette import EventSourceResponse
-from starlette.types import Message, Send
-
 from app.errors import ServerError
 from app.http.errors import error_body
+from app.http.sse import EventStream
 from app.security.redaction import without_dumps
 
 logger = logging.getLogger(__name__)
@@ -79,23 +78,7 @@ async def single_frame(frame: bytes) -> AsyncGenerator[bytes, None]:
     yield frame
 
 
-class EventStream(EventSourceResponse):
-    """sse-starlette's response without a cancel scope around each send when there is no
-    send timeout (our case).
-
-    `anyio.move_on_after(None)` per event was the largest single cost of our per-token path
-    in the micro-benchmark (bench/micro.py); with no deadline it can never fire, so skipping it
-    changes nothing else. Pings, disconnect handling and shutdown are sse-starlette's.
-    """
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-            return
-        await super()._send_with_timeout(send, message)
-
-
 def error_event_stream(exc: ServerError) -> EventStream:
     """A 200 stream holding one `event: error` with Triton's `{"error": ...}`: what an
     `EventSource` can read (it cannot read the body of a 4xx/5xx answer)."""
-    return EventStream(single_frame(error_event(error_body(exc.message))), sep="\n")
+    return EventStream(single_frame(error_event(error_body(exc.message))))
