@@ -211,6 +211,13 @@ def test_ignored_flags_are_accepted_and_reported() -> None:
                 "possibilities: '--grpc-use-ssl' '--grpc-use-ssl-mutual'"
             ],
         ),
+        (
+            ["--rate=off"],
+            [
+                "option '--rate' is ambiguous; "
+                "possibilities: '--rate-limit' '--rate-limit-resource'"
+            ],
+        ),
         (["serve"], ["Unexpected argument: serve"]),
         (
             ["--load-model=alpha"],
