@@ -213,10 +213,7 @@ def test_ignored_flags_are_accepted_and_reported() -> None:
         ),
         (
             ["--rate=off"],
-            [
-                "option '--rate' is ambiguous; "
-                "possibilities: '--rate-limit' '--rate-limit-resource'"
-            ],
+            ["option '--rate' is ambiguous; possibilities: '--rate-limit' '--rate-limit-resource'"],
         ),
         (["serve"], ["Unexpected argument: serve"]),
         (
