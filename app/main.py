@@ -191,6 +191,6 @@ def include_routes(
 
 def openai_components(known: Components) -> Components:
     """The OpenAI routes' vLLM request and response models (vLLM loaded when asked for)."""
-    from app.engine.openai_schemas import openai_components as components
+    from app.engine.vllm_openai.schemas import openai_components as components
 
     return components(known)

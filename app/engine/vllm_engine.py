@@ -21,13 +21,10 @@ from vllm.v1.engine.exceptions import EngineDeadError
 from app.core.load_view import EngineSignals
 from app.core.migration import EngineHandover
 from app.core.types import GenerationChunk, ValidRequest
-from app.engine.accepting_llm import AcceptingAsyncLLM
 from app.engine.capacity import admission_capacity
 from app.engine.client_slot import ClientSlot, CoreBroker
 from app.engine.grammars import ENGINE_ERROR, close_grammar_check, failure_of, grammar_check
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
-from app.engine.openai_options import engine_reasoning_parser, openai_options
-from app.engine.openai_serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.engine.outputs import to_chunk
 from app.engine.placement import placed
 from app.engine.processes import engine_processes, kill_survivors
@@ -37,6 +34,9 @@ from app.engine.resuming_client import ResumingRequest, can_migrate
 from app.engine.routing_signals import SignalSource
 from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
+from app.engine.vllm_openai.accepting_llm import AcceptingAsyncLLM
+from app.engine.vllm_openai.options import engine_reasoning_parser, openai_options
+from app.engine.vllm_openai.serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
 from app.repository.layout import ModelSpec
 

@@ -1,6 +1,6 @@
 """The OpenAI wire formats this frontend writes itself: model cards and errors. The generating
 routes' bodies are vLLM's own models, published in the OpenAPI document by the composition
-root (app/engine/openai_schemas.py: the models that validate them)."""
+root (app/engine/vllm_openai/schemas.py: the models that validate them)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.engine.output_processor import RequestOutputCollector
 
-from app.engine.accepting_llm import AcceptingAsyncLLM
+from app.engine.vllm_openai.accepting_llm import AcceptingAsyncLLM
 
 
 def engine(monkeypatch: pytest.MonkeyPatch, dies_while_taking: bool) -> AcceptingAsyncLLM:

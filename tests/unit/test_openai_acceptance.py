@@ -1,5 +1,5 @@
 """An OpenAI stream begins once the engine has taken its requests
-(app/engine/openai_acceptance.py): a refusal while the engine takes one is raised before the
+(app/engine/vllm_openai/acceptance.py): a refusal while the engine takes one is raised before the
 response starts (a 400 as unstreamed, not an error event in a 200 stream), against a scripted
 engine and a stream that, as vLLM's serving code does, turns errors into an error event."""
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
-from app.engine.openai_acceptance import Acceptances, begun
+from app.engine.vllm_openai.acceptance import Acceptances, begun
 
 
 class ScriptedLLM:

@@ -19,12 +19,16 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
-from app.engine.openai_bodies import parse
-from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest, create_error_response
-from app.engine.openai_engine_client import EngineRequests, GuardedEngineClient
-from app.engine.openai_options import OpenAIOptions, engine_reasoning_parser, openai_options
-from app.engine.openai_serving import as_server_error
 from app.engine.vllm_engine import VllmEngine
+from app.engine.vllm_openai.bodies import parse
+from app.engine.vllm_openai.compat import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    create_error_response,
+)
+from app.engine.vllm_openai.engine_client import EngineRequests, GuardedEngineClient
+from app.engine.vllm_openai.options import OpenAIOptions, engine_reasoning_parser, openai_options
+from app.engine.vllm_openai.serving import as_server_error
 from app.errors import (
     InvalidRequestError,
     ModelConfigError,
@@ -345,7 +349,7 @@ async def test_a_refused_grammar_never_reaches_the_engine(
     monkeypatch: pytest.MonkeyPatch, kind: RequestOutputKind
 ) -> None:
     monkeypatch.setattr(
-        "app.engine.openai_engine_client.grammar_check", lambda llm: RefusingCheck()
+        "app.engine.vllm_openai.engine_client.grammar_check", lambda llm: RefusingCheck()
     )
     llm, guard = FakeLLM(), RequestGuard("admitted", RequestLimits())
     client = GuardedEngineClient(llm, guard, {})
@@ -365,7 +369,9 @@ async def test_a_refused_grammar_never_reaches_the_engine(
 async def test_an_engine_error_on_a_grammar_is_the_clients_and_without_one_the_servers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("app.engine.openai_engine_client.grammar_check", lambda llm: PassingCheck())
+    monkeypatch.setattr(
+        "app.engine.vllm_openai.engine_client.grammar_check", lambda llm: PassingCheck()
+    )
     client = GuardedEngineClient(FailingLLM(), RequestGuard("admitted", RequestLimits()), {})
     outputs = client.generate("x", SamplingParams(structured_outputs=JSON_GRAMMAR), "r")
     with pytest.raises(InvalidRequestError) as raised:

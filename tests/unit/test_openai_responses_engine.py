@@ -20,11 +20,11 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
-from app.engine import openai_responses
-from app.engine.openai_bodies import parse
-from app.engine.openai_compat import ResponsesRequest
-from app.engine.openai_engine_client import GuardedEngineClient
-from app.engine.openai_responses import responses_begun, responses_request, responses_server
+from app.engine.vllm_openai import responses as openai_responses
+from app.engine.vllm_openai.bodies import parse
+from app.engine.vllm_openai.compat import ResponsesRequest
+from app.engine.vllm_openai.engine_client import GuardedEngineClient
+from app.engine.vllm_openai.responses import responses_begun, responses_request, responses_server
 from app.errors import InvalidRequestError, ModelNotFoundError, RequestTimeoutError
 from tests.unit.test_openai_engine import RefusingCheck, bodies
 from tests.unit.test_request_limits import MANY, SERVER_TIME_LIMIT_MS
@@ -199,7 +199,7 @@ async def test_a_refused_grammar_is_raised_before_the_engine_sees_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        "app.engine.openai_engine_client.grammar_check", lambda llm: RefusingCheck()
+        "app.engine.vllm_openai.engine_client.grammar_check", lambda llm: RefusingCheck()
     )
     grammar = StructuredOutputsParams(json={"type": "object"})
     llm = AcceptingLLM()

@@ -117,7 +117,7 @@ def test_the_v1_schemas_are_the_models_that_read_and_write_the_bodies(client: Te
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionResponse
     from vllm.entrypoints.openai.completion.protocol import CompletionResponse
 
-    from app.engine.openai_compat import ChatCompletionRequest, CompletionRequest
+    from app.engine.vllm_openai.compat import ChatCompletionRequest, CompletionRequest
 
     components = client.get("/openapi.json").json()["components"]["schemas"]
     cases: list[tuple[type[BaseModel], JsonSchemaMode]] = [

@@ -24,7 +24,7 @@ from PIL import Image
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
-from app.engine.openai_serving import VllmOpenAIServing
+from app.engine.vllm_openai.serving import VllmOpenAIServing
 from app.errors import InvalidRequestError
 from app.routes.query import query_fields
 from tests.doubles import FakeEngine

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.core.limits import check_count, integer
-from app.engine.openai_bodies import set_by_client
+from app.engine.vllm_openai.bodies import set_by_client
 from app.errors import InvalidRequestError
 
 LIMITED_FIELDS = (

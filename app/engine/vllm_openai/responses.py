@@ -12,11 +12,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
-from app.engine.openai_acceptance import first_then_rest
-from app.engine.openai_bodies import parse
-from app.engine.openai_compat import OpenAIServingResponses, ResponsesRequest, supported_arguments
-from app.engine.openai_engine_client import GuardedEngineClient
-from app.engine.openai_limits import check_limits, check_logprobs, values_of
+from app.engine.vllm_openai.acceptance import first_then_rest
+from app.engine.vllm_openai.bodies import parse
+from app.engine.vllm_openai.compat import (
+    OpenAIServingResponses,
+    ResponsesRequest,
+    supported_arguments,
+)
+from app.engine.vllm_openai.engine_client import GuardedEngineClient
+from app.engine.vllm_openai.limits import check_limits, check_logprobs, values_of
 from app.errors import ModelNotFoundError
 
 MAX_OUTPUT_TOKENS = "max_output_tokens"

@@ -12,8 +12,8 @@ from vllm.sampling_params import RequestOutputKind
 
 from app.core.guard import OutputReading, RequestGuard
 from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
-from app.engine.openai_acceptance import Acceptances
 from app.engine.timeline import engine_timeline
+from app.engine.vllm_openai.acceptance import Acceptances
 from app.errors import InvalidRequestError, ServerError
 
 EngineRequests = dict[str, set[str]]

@@ -11,14 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.engine.openai_bodies import parse
-from app.engine.openai_compat import (
+from app.engine.vllm_openai.bodies import parse
+from app.engine.vllm_openai.compat import (
     ErrorResponse,
     OnlineRenderer,
     load_chat_template,
     supported_arguments,
 )
-from app.engine.openai_options import OpenAIOptions
+from app.engine.vllm_openai.options import OpenAIOptions
 from app.errors import InvalidRequestError, ModelNotFoundError, NotSupportedError, ServerError
 from app.security.redaction import client_message
 

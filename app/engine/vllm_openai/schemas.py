@@ -1,5 +1,5 @@
 """The OpenAPI schemas of the OpenAI routes, from the models that read and write them: vLLM's
-own request and response models (app/engine/openai_serving.py validates every body with
+own request and response models (app/engine/vllm_openai/serving.py validates every body with
 them), so the documentation, clients generated from it and the fuzz tier see exactly what
 the server accepts."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from app.engine.openai_compat import (
+from app.engine.vllm_openai.compat import (
     ChatCompletionRequest,
     CompletionRequest,
     ResponsesRequest,

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from app.engine.openai_compat import create_error_response
+from app.engine.vllm_openai.compat import create_error_response
 from app.errors import InvalidRequestError, ServerError
 from app.schemas.validation import field_path, format_validation_errors
 

@@ -15,9 +15,9 @@ from vllm.lora.request import LoRARequest
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
-from app.engine.openai_acceptance import begun
-from app.engine.openai_bodies import parse
-from app.engine.openai_compat import (
+from app.engine.vllm_openai.acceptance import begun
+from app.engine.vllm_openai.bodies import parse
+from app.engine.vllm_openai.compat import (
     BaseModelPath,
     ChatCompletionRequest,
     CompletionRequest,
@@ -31,17 +31,17 @@ from app.engine.openai_compat import (
     load_chat_template,
     supported_arguments,
 )
-from app.engine.openai_engine_client import EngineOutputs, GuardedEngineClient
-from app.engine.openai_engine_client import EngineRequests as EngineRequests  # for VllmEngine
-from app.engine.openai_limits import check_limits, check_logprobs, values_of
-from app.engine.openai_options import OpenAIOptions
-from app.engine.openai_responses import (
+from app.engine.vllm_openai.engine_client import EngineOutputs, GuardedEngineClient
+from app.engine.vllm_openai.engine_client import EngineRequests as EngineRequests  # for VllmEngine
+from app.engine.vllm_openai.limits import check_limits, check_logprobs, values_of
+from app.engine.vllm_openai.options import OpenAIOptions
+from app.engine.vllm_openai.responses import (
     response_json,
     responses_begun,
     responses_request,
     responses_server,
 )
-from app.engine.openai_utility import VllmOpenAIUtility
+from app.engine.vllm_openai.utility import VllmOpenAIUtility
 from app.errors import (
     EngineUnhealthyError,
     InvalidRequestError,
