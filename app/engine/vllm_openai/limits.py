@@ -10,20 +10,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
-from app.core.limits import check_count, integer
+from app.core.limits import STOP_FIELDS, TOKEN_ID_FIELDS, check_count, integer
 from app.engine.vllm_openai.bodies import set_by_client
 from app.errors import InvalidRequestError
 
-LIMITED_FIELDS = (
-    "n",
-    "stop",
-    "bad_words",
-    "stop_token_ids",
-    "allowed_token_ids",
-    "logit_bias",
-    "logprob_token_ids",
-)
-"""Fields of vLLM's request models that `check_sampling` bounds (besides max_tokens)."""
+LIMITED_FIELDS = ("n", *STOP_FIELDS, *TOKEN_ID_FIELDS)
+"""Fields of vLLM's request models that `check_sampling` bounds by their value or length
+(besides max_tokens), read from the limit table's own lists."""
 
 
 def check_limits(
