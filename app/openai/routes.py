@@ -46,49 +46,48 @@ async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]
     return model_card_for(registry, model_id)
 
 
-@router.post(
-    "/completions",
-    summary="Complete a prompt (JSON, or Server-Sent Events with `stream: true`)",
-    response_model=None,
-    responses=COMPLETION_RESPONSES,
-    openapi_extra=COMPLETION_BODY,
-)
-@api_group(ApiGroup.INFERENCE)
-async def completions(
-    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
-) -> Response:
-    return await respond(OpenAIContext(request, generation, log), registry, Endpoint.COMPLETIONS)
+def add_generating_route(
+    path: str, name: str, endpoint: Endpoint, summary: str, **options: Any
+) -> None:
+    """Add the POST route `name` at `path` that answers `endpoint`'s calls (JSON, or a stream),
+    in the `inference` API group; `options`: FastAPI's route options."""
 
+    @api_group(ApiGroup.INFERENCE)
+    async def generate(
+        request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
+    ) -> Response:
+        return await respond(OpenAIContext(request, generation, log), registry, endpoint)
 
-@router.post(
-    "/chat/completions",
-    summary="Answer a conversation (JSON, or Server-Sent Events with `stream: true`)",
-    response_model=None,
-    responses=CHAT_RESPONSES,
-    openapi_extra=CHAT_BODY,
-)
-@api_group(ApiGroup.INFERENCE)
-async def chat_completions(
-    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
-) -> Response:
-    return await respond(
-        OpenAIContext(request, generation, log), registry, Endpoint.CHAT_COMPLETIONS
+    router.add_api_route(
+        path, generate, methods=["POST"], name=name, summary=summary, response_model=None, **options
     )
 
 
-@router.post(
+add_generating_route(
+    "/completions",
+    "completions",
+    Endpoint.COMPLETIONS,
+    "Complete a prompt (JSON, or Server-Sent Events with `stream: true`)",
+    responses=COMPLETION_RESPONSES,
+    openapi_extra=COMPLETION_BODY,
+)
+add_generating_route(
+    "/chat/completions",
+    "chat_completions",
+    Endpoint.CHAT_COMPLETIONS,
+    "Answer a conversation (JSON, or Server-Sent Events with `stream: true`)",
+    responses=CHAT_RESPONSES,
+    openapi_extra=CHAT_BODY,
+)
+add_generating_route(
     "/responses",
-    summary="Answer an input with OpenAI's Responses API (JSON, or Server-Sent Events with "
+    "create_response",
+    Endpoint.RESPONSES,
+    "Answer an input with OpenAI's Responses API (JSON, or Server-Sent Events with "
     "`stream: true`); nothing is stored",
-    response_model=None,
     responses=RESPONSE_RESPONSES,
     openapi_extra=RESPONSE_BODY,
 )
-@api_group(ApiGroup.INFERENCE)
-async def create_response(
-    request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
-) -> Response:
-    return await respond(OpenAIContext(request, generation, log), registry, Endpoint.RESPONSES)
 
 
 NOT_STORED = (

@@ -7,6 +7,7 @@ Restricted API groups: /ping is `health`, /version `metadata`, /tokenize and /de
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -16,6 +17,7 @@ from app.engine.version import vllm_version
 from app.errors import InvalidRequestError, ModelUnavailableError, NotSupportedError
 from app.http.dependencies import RegistryDep, RequestLogDep
 from app.http.errors import ErrorBodies
+from app.http.health import add_health_route, engines_can_serve
 from app.observability.access_log import RequestLog
 from app.openai.calls import read_body, target_of
 from app.openai.errors import openai_error_body
@@ -40,23 +42,16 @@ router = APIRouter()
 lora_router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-@router.get(
+add_health_route(
+    router,
     "/ping",
+    "ping",
+    engines_can_serve,
+    methods=("POST", "GET"),
     tags=["health"],
     summary="Can every engine serve (vLLM's ping)",
-    response_class=Response,
+    description="200 while every loaded model's engine can serve, else 503 (as GET /health).",
 )
-@router.post(
-    "/ping",
-    tags=["health"],
-    summary="Can every engine serve (vLLM's ping)",
-    response_class=Response,
-)
-@api_group(ApiGroup.HEALTH)
-async def ping(registry: RegistryDep) -> Response:
-    """200 while every loaded model's engine can serve, else 503 (as GET /health)."""
-    healthy = registry.is_live and all(model.is_healthy for model in registry)
-    return Response(status_code=200 if healthy else 503)
 
 
 @router.get(
@@ -70,32 +65,47 @@ async def version() -> dict[str, str]:
     return {"version": vllm_version()}
 
 
-@router.post(
+TokenCall = Callable[[OpenAIUtility, dict[str, Any], str | None], Awaitable[dict[str, Any]]]
+"""A call of a model's utility API with the body and the adapter it names."""
+
+
+def add_token_route(path: str, name: str, call: TokenCall, summary: str, **options: Any) -> None:
+    """Add the POST route `name` at `path` that answers `call` for the body's model, in the
+    `inference` API group; `options`: FastAPI's route options."""
+
+    @api_group(ApiGroup.INFERENCE)
+    async def answer(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
+        body = await read_body(request)
+        target = target_of(registry, body)
+        return await call(utility_of(target, log), body, target.adapter)
+
+    router.add_api_route(
+        path,
+        answer,
+        methods=["POST"],
+        name=name,
+        tags=["openai"],
+        summary=summary,
+        **options,
+    )
+
+
+add_token_route(
     "/tokenize",
-    tags=["openai"],
-    summary="A prompt or chat messages as token ids",
+    "tokenize",
+    lambda utility, body, adapter: utility.tokenize(body, adapter),
+    "A prompt or chat messages as token ids",
     responses=TOKENIZE_RESPONSES,
     openapi_extra=TOKENIZE_BODY,
 )
-@api_group(ApiGroup.INFERENCE)
-async def tokenize(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
-    body = await read_body(request)
-    target = target_of(registry, body)
-    return await utility_of(target, log).tokenize(body, target.adapter)
-
-
-@router.post(
+add_token_route(
     "/detokenize",
-    tags=["openai"],
-    summary="Token ids as text",
+    "detokenize",
+    lambda utility, body, adapter: utility.detokenize(body, adapter),
+    "Token ids as text",
     responses=DETOKENIZE_RESPONSES,
     openapi_extra=DETOKENIZE_BODY,
 )
-@api_group(ApiGroup.INFERENCE)
-async def detokenize(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
-    body = await read_body(request)
-    target = target_of(registry, body)
-    return await utility_of(target, log).detokenize(body, target.adapter)
 
 
 @lora_router.post(
