@@ -4,6 +4,7 @@ refuses for the backend's models (decoupled)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -58,26 +59,32 @@ INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@model_routes(
-    router,
-    "POST",
-    "/generate",
-    (
-        "Generate text (one JSON response)",
-        "Generate text with a given model version (one JSON response)",
-    ),
-    response_model=GenerateResponse,
-    responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
-    openapi_extra=GENERATE_REQUEST_BODY,
-)
-@api_group(ApiGroup.INFERENCE)
-async def generate(
-    model_name: str,
-    body: GenerateBody,
-    context: GenerationContextDep,
-    model_version: str | None = None,
+Answer = Callable[[GenerationContext, ServedModel, GenerateRequest], Awaitable[Response]]
+"""How a POST route answers its body for the model (version) its path names."""
+
+
+def add_generate_routes(
+    action: str, name: str, answer: Answer, summaries: tuple[str, str], **options: Any
+) -> None:
+    """Add the POST route `name` at a model's `action` and a version's (`model_routes`), in
+    the `inference` API group, answering its body with `answer`; `options`: FastAPI's."""
+
+    @api_group(ApiGroup.INFERENCE)
+    async def generate(
+        model_name: str,
+        body: GenerateBody,
+        context: GenerationContextDep,
+        model_version: str | None = None,
+    ) -> Response:
+        return await answer(context, context.model(model_name, model_version), body)
+
+    model_routes(router, "POST", action, summaries, name=name, **options)(generate)
+
+
+async def one_response(
+    context: GenerationContext, model: ServedModel, body: GenerateRequest
 ) -> Response:
-    model = context.model(model_name, model_version)
+    """Triton's `generate`: the whole answer as one JSON response."""
     responses = await open_responses(context, model, body, ONE_RESPONSE)
     if responses is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -86,28 +93,37 @@ async def generate(
     return JSONResponse(first)
 
 
-@model_routes(
-    router,
-    "POST",
+async def triton_stream(
+    context: GenerationContext, model: ServedModel, body: GenerateRequest
+) -> Response:
+    return await event_stream(context, model, body, TRITON_FRAMING)
+
+
+add_generate_routes(
+    "/generate",
+    "generate",
+    one_response,
+    (
+        "Generate text (one JSON response)",
+        "Generate text with a given model version (one JSON response)",
+    ),
+    response_model=GenerateResponse,
+    responses={200: GENERATE_RESPONSE, **ERROR_RESPONSES},
+    openapi_extra=GENERATE_REQUEST_BODY,
+)
+add_generate_routes(
     "/generate_stream",
+    "generate_stream",
+    triton_stream,
     (
         "Generate text as Server-Sent Events",
         "Generate text with a given model version as Server-Sent Events",
     ),
+    description="Triton's `generate_stream`: one `data: {json}` event per engine step.",
     response_class=EventSourceResponse,
     responses={200: STREAM_RESPONSE, **ERROR_RESPONSES},
     openapi_extra=STREAM_REQUEST_BODY,
 )
-@api_group(ApiGroup.INFERENCE)
-async def generate_stream(
-    model_name: str,
-    body: GenerateBody,
-    context: GenerationContextDep,
-    model_version: str | None = None,
-) -> Response:
-    """Triton's `generate_stream`: one `data: {json}` event per engine step."""
-    model = context.model(model_name, model_version)
-    return await event_stream(context, model, body, TRITON_FRAMING)
 
 
 @model_routes(
