@@ -5,18 +5,38 @@ refused before vLLM's code does any work it sizes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.core.limits import STOP_FIELDS, TOKEN_ID_FIELDS, check_count, integer
-from app.engine.vllm_openai.bodies import set_by_client
+from app.engine.vllm_openai.bodies import parse, set_by_client
 from app.errors import InvalidRequestError
 
 LIMITED_FIELDS = ("n", *STOP_FIELDS, *TOKEN_ID_FIELDS)
 """Fields of vLLM's request models that `check_sampling` bounds by their value or length
 (besides max_tokens), read from the limit table's own lists."""
+
+
+RequestModel = TypeVar("RequestModel", bound=BaseModel)
+
+
+def read_within_limits(
+    request_class: type[RequestModel],
+    body: dict[str, Any],
+    guard: RequestGuard,
+    max_logprobs: int,
+    max_tokens_field: str = "max_tokens",
+) -> RequestModel:
+    """`body` read by vLLM's `request_class` within the server's limits and the model's
+    `max_logprobs`: checked as sent (before vLLM's model does work the body sizes) and as
+    read (vLLM reads `n: "9"` as 9); a 400 naming the field otherwise."""
+    check_limits(guard, body, max_tokens_field)
+    check_logprobs(body, max_logprobs)
+    request: RequestModel = parse(request_class, body)
+    check_limits(guard, values_of(request, max_tokens_field), max_tokens_field)
+    return request
 
 
 def check_limits(

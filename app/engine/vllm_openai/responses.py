@@ -13,14 +13,13 @@ from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.engine.vllm_openai.acceptance import first_then_rest
-from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import (
     OpenAIServingResponses,
     ResponsesRequest,
     supported_arguments,
 )
 from app.engine.vllm_openai.engine_client import GuardedEngineClient
-from app.engine.vllm_openai.limits import check_limits, check_logprobs, values_of
+from app.engine.vllm_openai.limits import read_within_limits
 from app.errors import ModelNotFoundError
 
 MAX_OUTPUT_TOKENS = "max_output_tokens"
@@ -43,16 +42,13 @@ def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: i
     """The body as vLLM's `ResponsesRequest` within the server's limits (checked as sent and
     as read, `max_output_tokens` capped at MAX_TOKENS_LIMIT), or a 400 naming the field (a
     404 for a `previous_response_id`: none is stored)."""
-    check_limits(guard, body, MAX_OUTPUT_TOKENS)
-    check_logprobs(body, max_logprobs)
-    request = parse(ResponsesRequest, body)
+    request = read_within_limits(ResponsesRequest, body, guard, max_logprobs, MAX_OUTPUT_TOKENS)
     if request.previous_response_id is not None:
         raise ModelNotFoundError(
             f"previous_response_id: response '{request.previous_response_id[:256]}' not found: "
             "this server does not store responses (`store` is always false)",
             param="previous_response_id",
         )
-    check_limits(guard, values_of(request, MAX_OUTPUT_TOKENS), MAX_OUTPUT_TOKENS)
     limit = guard.limits.max_tokens
     given = request.max_output_tokens
     if limit is not None and (given is None or given > limit):

@@ -16,7 +16,6 @@ from vllm.v1.engine.exceptions import EngineDeadError
 
 from app.core.guard import RequestGuard
 from app.engine.vllm_openai.acceptance import begun
-from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import (
     BaseModelPath,
     ChatCompletionRequest,
@@ -33,7 +32,7 @@ from app.engine.vllm_openai.compat import (
 )
 from app.engine.vllm_openai.engine_client import EngineOutputs, GuardedEngineClient
 from app.engine.vllm_openai.engine_client import EngineRequests as EngineRequests  # for VllmEngine
-from app.engine.vllm_openai.limits import check_limits, check_logprobs, values_of
+from app.engine.vllm_openai.limits import read_within_limits
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
     response_json,
@@ -124,10 +123,9 @@ class VllmOpenAIServing:
         headers: Mapping[str, str],
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """`POST /v1/completions`: the response's JSON, or its SSE frames when it streams."""
-        check_limits(guard, body)
-        check_logprobs(body, self._llm.model_config.max_logprobs)
-        request = parse(CompletionRequest, body)
-        check_limits(guard, values_of(request))
+        request = read_within_limits(
+            CompletionRequest, body, guard, self._llm.model_config.max_logprobs
+        )
         limit = guard.limits.max_tokens
         if limit is not None and (request.max_tokens is None or request.max_tokens > limit):
             request.max_tokens = limit
@@ -146,10 +144,9 @@ class VllmOpenAIServing:
         """`POST /v1/chat/completions`: the response's JSON, or its SSE frames when it streams."""
         completion_tokens = body.get("max_completion_tokens") is not None
         field = "max_completion_tokens" if completion_tokens else "max_tokens"
-        check_limits(guard, body, field)
-        check_logprobs(body, self._llm.model_config.max_logprobs)
-        request = parse(ChatCompletionRequest, body)
-        check_limits(guard, values_of(request, field), field)
+        request = read_within_limits(
+            ChatCompletionRequest, body, guard, self._llm.model_config.max_logprobs, field
+        )
         limit = guard.limits.max_tokens
         if (
             limit is not None
