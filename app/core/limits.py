@@ -181,6 +181,14 @@ def check_name(field: str, name: str | None) -> None:
         )
 
 
+def count_prompts(prompt: Any) -> int:
+    """How many prompts (engine requests) an OpenAI completions `prompt` holds: a list of
+    texts or of token lists is several; a text or one token list is one."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        return len(prompt)
+    return 0 if prompt is None else 1
+
+
 def count_of(value: Any) -> int:
     """Entries of a list or map; one for a single string; none when unset."""
     if value is None:

@@ -27,6 +27,7 @@ from app.http.parsing import parsed
 from app.http.sse import EventStream
 from app.observability.access_log import RequestLog
 from app.openai.errors import error_event, error_frame
+from app.openai.limits import check_body, max_tokens_field
 from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
 from app.openai.serving import OpenAIServing, engine_openai_serving
@@ -94,6 +95,8 @@ async def run(
     (the Responses API's: an `error` event, and no `[DONE]`)."""
     streaming, response, sent = False, None, 0
     try:
+        limits = context.generation.limits
+        check_body(body, limits, max_tokens_field(body, endpoint.value))
         route = route_hint(body.get(endpoint.value), target.adapter, context.request.headers)
         async with context.generation.admission(
             target.model, uuid.uuid4().hex, context.log, route

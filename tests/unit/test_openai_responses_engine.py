@@ -26,6 +26,7 @@ from app.engine.vllm_openai.compat import ResponsesRequest
 from app.engine.vllm_openai.engine_client import GuardedEngineClient
 from app.engine.vllm_openai.responses import responses_begun, responses_request, responses_server
 from app.errors import InvalidRequestError, ModelNotFoundError, RequestTimeoutError
+from app.openai.limits import check_body
 from tests.unit.test_openai_engine import RefusingCheck, bodies
 from tests.unit.test_request_limits import MANY, SERVER_TIME_LIMIT_MS
 
@@ -59,16 +60,23 @@ def guard(max_tokens: int | None = 16, timeout: float | None = None) -> RequestG
 
 @pytest.mark.parametrize(("fields", "message"), CASES, ids=[m.partition(":")[0] for _, m in CASES])
 def test_limits_are_checked_before_vllms_serving_code(fields: dict[str, Any], message: str) -> None:
-    """On the body as sent and as vLLM read it (`"2000000"` is a number to vLLM), in O(1)."""
+    """On the body as sent (the frontend's check) and as vLLM read it (`"2000000"` is a
+    number to vLLM), in O(1)."""
     times = []
     for _ in range(3):
         started = time.perf_counter()
         with pytest.raises(InvalidRequestError) as raised:
-            responses_request(guard(), {**INPUT, **fields}, max_logprobs=20)
+            read_as_served({**INPUT, **fields})
         times.append(time.perf_counter() - started)
     assert raised.value.message.startswith(message), raised.value.message[:200]
     assert raised.value.param == message.partition(":")[0]
     assert min(times) * 1000 < SERVER_TIME_LIMIT_MS
+
+
+def read_as_served(body: dict[str, Any]) -> None:
+    """The frontend's check of the body as sent, then the engine adapter's reading."""
+    check_body(body, RequestLimits(max_tokens=16), "max_output_tokens")
+    responses_request(guard(), body, max_logprobs=20)
 
 
 def test_max_output_tokens_is_capped_at_the_limit_when_unset_or_left() -> None:

@@ -26,6 +26,7 @@ from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.vllm_openai.serving import VllmOpenAIServing
 from app.errors import InvalidRequestError
+from app.openai.limits import check_body, max_tokens_field
 from app.routes.query import query_fields
 from tests.doubles import FakeEngine
 from tests.support.probe import access_times, readiness_probe
@@ -333,20 +334,35 @@ OPENAI_CASES = [
     ("prompt_logprobs", {"prompt_logprobs": 10**9}, "prompt_logprobs: 1000000000 is above"),
     ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
 ]
+ENGINE_CHECKED = {"logprobs", "top_logprobs", "prompt_logprobs", "n_as_text"}
+"""Cases the engine adapter refuses: the model's bound on log probabilities, and a value
+as vLLM reads it."""
 OPENAI_BODIES: dict[str, dict[str, Any]] = {
     "create_completion": {"model": "fake", "prompt": "Hi"},
     "create_chat_completion": {"model": "fake", "messages": [{"role": "user", "content": "Hi"}]},
 }
 
 
+PROMPT_FIELDS = {"create_completion": "prompt", "create_chat_completion": "messages"}
+OPENAI_PATHS = {"create_completion": "completions", "create_chat_completion": "chat/completions"}
+
+
 async def refusal_seconds(method: str, body: dict[str, Any]) -> tuple[InvalidRequestError, float]:
-    guard = RequestGuard("limits", RequestLimits(max_tokens=16, max_n=16))
+    """The refusal of `body` on its way to vLLM's serving code: the frontend's check of the
+    body as sent, then the engine adapter's (the model's bounds, the values as read)."""
     started = time.perf_counter()
     with pytest.raises(InvalidRequestError) as raised:
-        await getattr(VllmOpenAIServing, method)(
-            NotServed(), body, guard=guard, adapter=None, headers={}
-        )
+        await to_vllms_serving_code(method, body)
     return raised.value, time.perf_counter() - started
+
+
+async def to_vllms_serving_code(method: str, body: dict[str, Any]) -> None:
+    limits = RequestLimits(max_tokens=16, max_n=16)
+    check_body(body, limits, max_tokens_field(body, PROMPT_FIELDS[method]))
+    guard = RequestGuard("limits", limits)
+    await getattr(VllmOpenAIServing, method)(
+        NotServed(), body, guard=guard, adapter=None, headers={}
+    )
 
 
 @pytest.mark.parametrize(
@@ -363,6 +379,37 @@ async def test_openai_refusals_come_before_vllms_serving_code(
     assert error.message.startswith(message), error.message[:200]
     assert error.param == message.partition(":")[0]
     assert seconds * 1000 < SERVER_TIME_LIMIT_MS, f"{name}: refused after {seconds * 1000:.1f} ms"
+
+
+FRONTEND_CASES = [case for case in OPENAI_CASES if case[0] not in ENGINE_CHECKED]
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "message"), FRONTEND_CASES, ids=[case[0] for case in FRONTEND_CASES]
+)
+@pytest.mark.parametrize("method", list(OPENAI_BODIES))
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_refusals_are_the_frontends_before_admission(
+    served: GrpcApp, method: str, stream: bool, name: str, fields: dict[str, Any], message: str
+) -> None:
+    """Over HTTP, the frontend refuses the body as sent before the request is admitted (the
+    model's OpenAI API never sees it), streaming or not, with the same reason as above."""
+    path = OPENAI_PATHS[method]
+    content = json.dumps({**OPENAI_BODIES[method], **fields, "stream": stream})
+    engine = served.app.state.runtime.registry.get("fake").engine
+    calls = len(engine.openai_serving.calls)
+
+    def send() -> tuple[httpx.Response, float]:
+        with access_times() as log:
+            response = httpx.post(f"{served.http_url}/v1/{path}", content=content, timeout=60)
+            return response, float(log.last(f"/v1/{path}")["total_ms"])
+
+    response, server_ms = best_of_three(send)
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["message"].startswith(message) and error["param"] == message.partition(":")[0]
+    assert server_ms < SERVER_TIME_LIMIT_MS, f"{name}: refused after {server_ms} ms"
+    assert len(engine.openai_serving.calls) == calls
 
 
 async def test_openai_prompt_batches_are_bounded() -> None:

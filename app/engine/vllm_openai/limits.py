@@ -1,6 +1,7 @@
-"""The server's limits on OpenAI bodies, checked on the body as sent (before vLLM's request
-models read it) and as vLLM read it: O(1) per field, so that a request far above a limit is
-refused before vLLM's code does any work it sizes."""
+"""The limits on an OpenAI body that only the engine adapter can check: the model's bound on
+log probabilities, and the server's limits on the values as vLLM's request models read them
+(`n: "9"` is 9 to them). The body as sent was checked by the frontend before admission
+(app/openai/limits.py): O(1) per field, before vLLM's code does any work it sizes."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
-from app.core.limits import STOP_FIELDS, TOKEN_ID_FIELDS, check_count, integer
+from app.core.limits import STOP_FIELDS, TOKEN_ID_FIELDS, check_count, count_prompts, integer
 from app.engine.vllm_openai.bodies import parse, set_by_client
 from app.errors import InvalidRequestError
 
 LIMITED_FIELDS = ("n", *STOP_FIELDS, *TOKEN_ID_FIELDS)
 """Fields of vLLM's request models that `check_sampling` bounds by their value or length
 (besides max_tokens), read from the limit table's own lists."""
-
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
 
@@ -29,10 +29,9 @@ def read_within_limits(
     max_logprobs: int,
     max_tokens_field: str = "max_tokens",
 ) -> RequestModel:
-    """`body` read by vLLM's `request_class` within the server's limits and the model's
-    `max_logprobs`: checked as sent (before vLLM's model does work the body sizes) and as
-    read (vLLM reads `n: "9"` as 9); a 400 naming the field otherwise."""
-    check_limits(guard, body, max_tokens_field)
+    """`body` (within the server's limits as sent) read by vLLM's `request_class`, within the
+    model's `max_logprobs` and the server's limits as read; a 400 naming the field
+    otherwise."""
     check_logprobs(body, max_logprobs)
     request: RequestModel = parse(request_class, body)
     check_limits(guard, values_of(request, max_tokens_field), max_tokens_field)
@@ -42,21 +41,9 @@ def read_within_limits(
 def check_limits(
     guard: RequestGuard, values: Mapping[str, Any], max_tokens_field: str = "max_tokens"
 ) -> None:
-    """The server's limits on a body (as sent, then as vLLM read it): O(1) per field, so that
-    a request far above a limit is refused before vLLM's code does any work it sizes."""
-    check_best_of(values.get("best_of"))
+    """The server's limits on the limited values of a body as vLLM read them: O(1) per field."""
     guard.check_sampling(dict(values), max_tokens_field)
-    check_count("prompt", prompt_count(values.get("prompt")), guard.limits.max_prompts)
-
-
-def check_best_of(value: Any) -> None:
-    """vLLM's engine samples exactly `n` choices and its request models drop `best_of`
-    unread: one asking for more than one choice is refused, naming it."""
-    if value is not None and integer(value) != 1:
-        raise InvalidRequestError(
-            "best_of: not supported (the engine returns every choice it samples): use n",
-            param="best_of",
-        )
+    check_count("prompt", count_prompts(values.get("prompt")), guard.limits.max_prompts)
 
 
 LOGPROB_FIELDS = ("logprobs", "top_logprobs", "prompt_logprobs")
@@ -82,11 +69,3 @@ def values_of(request: BaseModel, max_tokens_field: str = "max_tokens") -> dict[
     values[max_tokens_field] = set_by_client(request, max_tokens_field)
     values["prompt"] = getattr(request, "prompt", None)
     return values
-
-
-def prompt_count(prompt: Any) -> int:
-    """How many prompts (engine requests) a completions `prompt` holds: a list of texts or of
-    token lists is several; a text or one token list is one."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        return len(prompt)
-    return 0 if prompt is None else 1

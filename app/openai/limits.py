@@ -1,0 +1,44 @@
+"""The server's limits on an OpenAI body as the client sent it, checked once by the frontend
+before the request is admitted: O(1) per field, against the core's limit table, so that a
+body far above a limit is refused before any work whose size it chooses (vLLM's request
+models reading it, a place in the model's queue). What vLLM reads differently from the text
+(`n: "9"` is 9 to it) and the model's own bounds are the engine adapter's to check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.limits import RequestLimits, check_count, check_sampling, count_prompts, integer
+from app.errors import InvalidRequestError
+
+__all__ = ["check_body", "max_tokens_field"]
+
+PROMPT_FIELD = "prompt"
+
+
+def check_body(body: dict[str, Any], limits: RequestLimits, max_tokens: str) -> None:
+    """Refuse, naming the field, a body above the server's limits: `best_of`, `n`, the
+    `max_tokens` field, stop strings, token-id lists, grammars and prompt batches."""
+    check_best_of(body.get("best_of"))
+    check_sampling(body, limits, max_tokens_field=max_tokens)
+    check_count(PROMPT_FIELD, count_prompts(body.get(PROMPT_FIELD)), limits.max_prompts)
+
+
+def max_tokens_field(body: dict[str, Any], prompt_field: str) -> str:
+    """The field bounding the new tokens of a body whose prompt is in `prompt_field`: chat's
+    `max_completion_tokens` where it is set, the Responses API's `max_output_tokens`."""
+    if prompt_field == "input":
+        return "max_output_tokens"
+    if prompt_field == "messages" and body.get("max_completion_tokens") is not None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
+def check_best_of(value: Any) -> None:
+    """vLLM's engine samples exactly `n` choices and its request models drop `best_of`
+    unread: one asking for more than one choice is refused, naming it."""
+    if value is not None and integer(value) != 1:
+        raise InvalidRequestError(
+            "best_of: not supported (the engine returns every choice it samples): use n",
+            param="best_of",
+        )
