@@ -24,6 +24,16 @@ from app.settings_fields import SettingsFields
 DEFAULT_SETTINGS_FILE = PROJECT_ROOT / "configs" / "server.toml"
 
 
+def split_list(value: object, separator: str) -> object:
+    """A list setting as one variable holds it: a JSON list, or items between `separator`s
+    (blank ones dropped); anything else (a list from TOML or code) as it is."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        return json.loads(value)
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(separator) if item.strip()]
+    return value
+
+
 class Settings(SettingsFields):
     """Everything the server reads at start-up.
 
@@ -48,11 +58,7 @@ class Settings(SettingsFields):
     @classmethod
     def split_commas(cls, value: object) -> object:
         """`API_KEYS=a,b` as well as a list (a JSON list, from TOML or code)."""
-        if isinstance(value, str) and value.lstrip().startswith("["):
-            return json.loads(value)
-        if isinstance(value, str):
-            return [item.strip() for item in value.split(",") if item.strip()]
-        return value
+        return split_list(value, ",")
 
     @field_validator(
         "http_restricted_api",
@@ -65,11 +71,7 @@ class Settings(SettingsFields):
     @classmethod
     def split_semicolons(cls, value: object) -> object:
         """Options holding commas: several are separated by ';' in one variable (or JSON)."""
-        if isinstance(value, str) and value.lstrip().startswith("["):
-            return json.loads(value)
-        if isinstance(value, str):
-            return [item.strip() for item in value.split(";") if item.strip()]
-        return value
+        return split_list(value, ";")
 
     @field_validator("metrics_config")
     @classmethod

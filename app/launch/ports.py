@@ -38,35 +38,39 @@ class PortUnavailable(Exception):
 
 def listeners(settings: Settings) -> list[Listener]:
     """The services that listen, with these settings: HTTP, gRPC and the metrics port."""
+    host = settings.host
     found = []
     if settings.allow_http:
         found.append(
-            Listener(
-                "HTTP", settings.host, settings.port, "PORT / --http-port", "HOST / --http-address"
-            )
+            Listener("HTTP", host, settings.port, "PORT / --http-port", "HOST / --http-address")
         )
     if settings.allow_grpc and settings.grpc_port:
+        grpc_host = settings.grpc_address or host
         found.append(
-            Listener(
-                "gRPC",
-                settings.grpc_address or settings.host,
-                settings.grpc_port,
-                "GRPC_PORT / --grpc-port",
-                "GRPC_ADDRESS / --grpc-address",
-                reuse_port=settings.grpc_reuse_port,
+            own_port_listener(
+                "gRPC", "grpc", grpc_host, settings.grpc_port, reuse_port=settings.grpc_reuse_port
             )
         )
     if settings.allow_metrics and settings.metrics_port:
-        found.append(
-            Listener(
-                "metrics",
-                settings.metrics_address or settings.host,
-                settings.metrics_port,
-                "METRICS_PORT / --metrics-port",
-                "METRICS_ADDRESS / --metrics-address",
-            )
-        )
+        metrics_host = settings.metrics_address or host
+        found.append(own_port_listener("metrics", "metrics", metrics_host, settings.metrics_port))
     return found
+
+
+def own_port_listener(
+    service: str, setting: str, host: str, port: int, reuse_port: bool = False
+) -> Listener:
+    """A service chosen by its own `<setting>_port` and `<setting>_address` settings and their
+    flags (`--<setting>-port`, `--<setting>-address`)."""
+    name = setting.upper()
+    return Listener(
+        service,
+        host,
+        port,
+        f"{name}_PORT / --{setting}-port",
+        f"{name}_ADDRESS / --{setting}-address",
+        reuse_port=reuse_port,
+    )
 
 
 def bind(listener: Listener) -> socket.socket:

@@ -23,6 +23,13 @@ def error_example(
     }
 
 
+CITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+}
+"""The JSON schema of the structured-output examples (chat's and the Responses API's)."""
+
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: error_example(
         "Unknown model", 404, "NotFoundError", "The model `other` does not exist.", "model"
@@ -141,14 +148,7 @@ CHAT_BODY = request_body(
                     "type": "json_schema",
                     "json_schema": {
                         "name": "city",
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "city": {"type": "string"},
-                                "population": {"type": "integer"},
-                            },
-                            "required": ["city", "population"],
-                        },
+                        "schema": CITY_SCHEMA,
                     },
                 },
             },
@@ -243,14 +243,7 @@ RESPONSE_BODY = request_body(
                     "format": {
                         "type": "json_schema",
                         "name": "city",
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "city": {"type": "string"},
-                                "population": {"type": "integer"},
-                            },
-                            "required": ["city", "population"],
-                        },
+                        "schema": CITY_SCHEMA,
                     }
                 },
             },

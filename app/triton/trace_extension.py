@@ -5,8 +5,8 @@ global or a model's setting, and every setting answered."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from app.errors import (
     InvalidRequestError,
@@ -18,6 +18,7 @@ from app.observability.trace_config import TENSORS, TIMESTAMPS
 from app.observability.trace_settings import TraceSettings
 from app.repository.registry import ModelRegistry
 
+Asked = TypeVar("Asked")
 FILE_REFUSAL = "trace file location can not be updated through network protocol"
 """Triton's answer (501 / UNIMPLEMENTED) to a request that sets `trace_file`."""
 NOT_SUPPORTED = "the server does not support tracing"
@@ -87,16 +88,21 @@ def bounds(name: str) -> tuple[int, int]:
     return (-1, INT32_MAX) if name == "trace_count" else (0, UINT32_MAX)
 
 
+def requested(request: Mapping[str, Asked]) -> Iterator[tuple[str, str, Asked]]:
+    """Each setting a request names: its name, the field it sets and the value asked
+    (`NotSupportedError` first where it names `trace_file`)."""
+    if "trace_file" in request:
+        raise NotSupportedError(FILE_REFUSAL, param="trace_file")
+    for name, field in SETTING_NAMES.items():
+        if name in request:
+            yield name, field, request[name]
+
+
 def http_change(body: dict[str, Any]) -> dict[str, object]:
     """A JSON body's change: each setting a string (a list of strings for `trace_level`), or
     null to follow the fallback again."""
-    if "trace_file" in body:
-        raise NotSupportedError(FILE_REFUSAL, param="trace_file")
     change: dict[str, object] = {}
-    for name, field in SETTING_NAMES.items():
-        if name not in body:
-            continue
-        value = body[name]
+    for name, field, value in requested(body):
         if value is None:
             change[field] = None
         elif name == "trace_level":
@@ -116,13 +122,9 @@ def http_change(body: dict[str, Any]) -> dict[str, object]:
 
 def grpc_change(settings: dict[str, Sequence[str]]) -> dict[str, object]:
     """A gRPC request's change: each setting's values (none: follow the fallback again)."""
-    if "trace_file" in settings:
-        raise NotSupportedError(FILE_REFUSAL, param="trace_file")
     change: dict[str, object] = {}
-    for name, field in SETTING_NAMES.items():
-        if name not in settings:
-            continue
-        values = list(settings[name])
+    for name, field, asked in requested(settings):
+        values = list(asked)
         if not values:
             change[field] = None
         elif name == "trace_level":
