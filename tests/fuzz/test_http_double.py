@@ -50,6 +50,9 @@ DOCUMENTED = {
 }
 """Server errors Triton itself answers: 501 to `infer` on a decoupled model (every model of
 its vLLM backend is)."""
+CLIENT_DEADLINE_STATUS = 504
+"""The answer to a request that ran past the `timeout` it asked for (Triton's parameter):
+the client's choice, not a server error."""
 SETTINGS = {
     "model_control_mode": "explicit",
     "load_model": ["*"],
@@ -123,6 +126,16 @@ def name_the_model(drawn: tuple[Any, bool]) -> Any:
     return case
 
 
+def asked_for_a_timeout(body: Any) -> bool:
+    """The body sets Triton's `timeout` parameter (in `parameters` or at its top level)."""
+    if not isinstance(body, dict):
+        return False
+    parameters = body.get("parameters")
+    return bool(body.get("timeout")) or (
+        isinstance(parameters, dict) and bool(parameters.get("timeout"))
+    )
+
+
 @pytest.mark.parametrize("operation", operation_names())
 def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) -> None:
     method, path = operation.split(" ", 1)
@@ -144,6 +157,8 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
         status = response.status_code
         if status == DOCUMENTED.get(operation):
             status = f"{status} (Triton's)"
+        elif status == CLIENT_DEADLINE_STATUS and asked_for_a_timeout(case.body):
+            status = f"{status} (the request's own timeout)"
         REPORT.record(f"HTTP {operation}", status, time.perf_counter() - started)
         assert error_shape_holds(path, response), (response.status_code, response.text[:300])
         if conformance_checked(path, response):

@@ -1,0 +1,193 @@
+"""The OpenAI API's limits: a body far above one is refused by the frontend before the
+request is admitted (its model's OpenAI API never sees it), streaming or not, in well under
+100 ms of server time; what only the engine adapter can check (the model's max_logprobs, a
+value as vLLM's request models read it) is refused before vLLM's serving code runs.
+tests/integration/test_limits_real_engine.py sends the same bodies to the real engine."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from app.core.guard import RequestGuard
+from app.core.limits import RequestLimits
+from app.engine.vllm_openai.serving import VllmOpenAIServing
+from app.errors import InvalidRequestError
+from app.openai.limits import check_body, max_tokens_field
+from tests.support.probe import access_times, readiness_probe
+from tests.support.triton_grpc import GrpcApp
+from tests.unit.test_request_limits import (
+    MANY,
+    PROBE_LIMIT_S,
+    SERVER_TIME_LIMIT_MS,
+    best_of_three,
+    served,
+)
+
+__all__ = ["served"]
+
+
+class NotServed:
+    """Stands for vLLM's serving objects: a request that passes the limits fails the test."""
+
+    _completion = _chat = None
+    _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20))
+
+    async def _serve(self, *args: Any) -> Any:
+        raise AssertionError("the request reached vLLM's serving code")
+
+
+OPENAI_CASES = [
+    ("n", {"n": 1_000_000_000}, "n: 1000000000 is above this server's limit of 16"),
+    ("max_tokens", {"max_tokens": 2**31 - 1}, "max_tokens: 2147483647 is above"),
+    ("best_of", {"best_of": 1_000_000_000}, "best_of: not supported"),
+    ("best_of_as_text", {"best_of": "2"}, "best_of: not supported"),
+    ("stop", {"stop": ["x"] * MANY}, f"stop: {MANY} stop strings and bad words"),
+    ("bad_words", {"bad_words": ["x"] * MANY}, "bad_words: "),
+    ("bad_words_bytes", {"bad_words": ["x" * 7_000_000]}, "bad_words: stop strings and bad"),
+    ("stop_bytes", {"stop": "x" * 20_000}, "stop: stop strings and bad words are over"),
+    (
+        "choice",
+        {"structured_outputs": {"choice": [f"option {i}" for i in range(MANY)]}},
+        "structured_outputs: the grammar is over this server's limit of 65536 bytes",
+    ),
+    ("guided_regex", {"guided_regex": "a|" * MANY}, "guided_regex: the grammar is over"),
+    (
+        "response_format",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"enum": list(range(MANY))}},
+            }
+        },
+        "response_format: the grammar is over",
+    ),
+    ("stop_token_ids", {"stop_token_ids": [1] * MANY}, "stop_token_ids: "),
+    ("allowed_token_ids", {"allowed_token_ids": list(range(MANY))}, "allowed_token_ids: "),
+    ("logit_bias", {"logit_bias": {str(i): 1.0 for i in range(MANY)}}, "logit_bias: "),
+    (
+        "logprobs",
+        {"logprobs": 1_000_000_000},
+        "logprobs: 1000000000 is above the model's limit of 20",
+    ),
+    (
+        "top_logprobs",
+        {"top_logprobs": 10**9},
+        "top_logprobs: 1000000000 is above the model's limit of 20",
+    ),
+    ("prompt_logprobs", {"prompt_logprobs": 10**9}, "prompt_logprobs: 1000000000 is above"),
+    ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
+]
+ENGINE_CHECKED = {"logprobs", "top_logprobs", "prompt_logprobs", "n_as_text"}
+"""Cases the engine adapter refuses: the model's bound on log probabilities, and a value
+as vLLM reads it."""
+OPENAI_BODIES: dict[str, dict[str, Any]] = {
+    "create_completion": {"model": "fake", "prompt": "Hi"},
+    "create_chat_completion": {"model": "fake", "messages": [{"role": "user", "content": "Hi"}]},
+}
+
+
+PROMPT_FIELDS = {"create_completion": "prompt", "create_chat_completion": "messages"}
+OPENAI_PATHS = {"create_completion": "completions", "create_chat_completion": "chat/completions"}
+
+
+async def refusal_seconds(method: str, body: dict[str, Any]) -> tuple[InvalidRequestError, float]:
+    """The refusal of `body` on its way to vLLM's serving code: the frontend's check of the
+    body as sent, then the engine adapter's (the model's bounds, the values as read)."""
+    started = time.perf_counter()
+    with pytest.raises(InvalidRequestError) as raised:
+        await to_vllms_serving_code(method, body)
+    return raised.value, time.perf_counter() - started
+
+
+async def to_vllms_serving_code(method: str, body: dict[str, Any]) -> None:
+    limits = RequestLimits(max_tokens=16, max_n=16)
+    check_body(body, limits, max_tokens_field(body, PROMPT_FIELDS[method]))
+    guard = RequestGuard("limits", limits)
+    await getattr(VllmOpenAIServing, method)(
+        NotServed(), body, guard=guard, adapter=None, headers={}
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "message"), OPENAI_CASES, ids=[case[0] for case in OPENAI_CASES]
+)
+@pytest.mark.parametrize("method", list(OPENAI_BODIES))
+async def test_openai_refusals_come_before_vllms_serving_code(
+    method: str, name: str, fields: dict[str, Any], message: str
+) -> None:
+    """vLLM's own request models read the body; the limits are checked on the body as sent
+    and as read (`n: "1000000000"` is a number to vLLM), each in O(1)."""
+    results = [await refusal_seconds(method, {**OPENAI_BODIES[method], **fields}) for _ in range(3)]
+    error, seconds = min(results, key=lambda result: result[1])
+    assert error.message.startswith(message), error.message[:200]
+    assert error.param == message.partition(":")[0]
+    assert seconds * 1000 < SERVER_TIME_LIMIT_MS, f"{name}: refused after {seconds * 1000:.1f} ms"
+
+
+FRONTEND_CASES = [case for case in OPENAI_CASES if case[0] not in ENGINE_CHECKED]
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "message"), FRONTEND_CASES, ids=[case[0] for case in FRONTEND_CASES]
+)
+@pytest.mark.parametrize("method", list(OPENAI_BODIES))
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_refusals_are_the_frontends_before_admission(
+    served: GrpcApp, method: str, stream: bool, name: str, fields: dict[str, Any], message: str
+) -> None:
+    """Over HTTP, the frontend refuses the body as sent before the request is admitted (the
+    model's OpenAI API never sees it), streaming or not, with the same reason as above."""
+    path = OPENAI_PATHS[method]
+    content = json.dumps({**OPENAI_BODIES[method], **fields, "stream": stream})
+    engine = served.app.state.runtime.registry.get("fake").engine
+    calls = len(engine.openai_serving.calls)
+
+    def send() -> tuple[httpx.Response, float]:
+        with access_times() as log:
+            response = httpx.post(f"{served.http_url}/v1/{path}", content=content, timeout=60)
+            return response, float(log.last(f"/v1/{path}")["total_ms"])
+
+    response, server_ms = best_of_three(send)
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["message"].startswith(message) and error["param"] == message.partition(":")[0]
+    assert server_ms < SERVER_TIME_LIMIT_MS, f"{name}: refused after {server_ms} ms"
+    assert len(engine.openai_serving.calls) == calls
+
+
+async def test_openai_prompt_batches_are_bounded() -> None:
+    error, seconds = await refusal_seconds("create_completion", {"prompt": ["x"] * MANY})
+    assert error.message == f"prompt: {MANY} items are above this server's limit of 64"
+    assert seconds * 1000 < SERVER_TIME_LIMIT_MS
+    error, _ = await refusal_seconds("create_completion", {"prompt": [[1, 2]] * 65})
+    assert error.param == "prompt"
+
+
+def test_openai_model_ids_are_bounded_before_they_are_looked_up(served: GrpcApp) -> None:
+    with readiness_probe(served.http_url) as probe, access_times() as log:
+        response = httpx.post(
+            f"{served.http_url}/v1/completions", json={"model": "m/" * 50_000, "prompt": "Hi"}
+        )
+        server_ms = float(log.last("/v1/completions")["total_ms"])
+    assert response.status_code == 400
+    assert (
+        response.json()["error"]["message"]
+        == "model: a name of 100000 characters is longer than 256"
+    )
+    assert server_ms < SERVER_TIME_LIMIT_MS and probe.worst < PROBE_LIMIT_S
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "f"}}]
+)
+async def test_forced_tool_calls_are_grammars_and_bounded(tool_choice: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"enum": [1] * MANY}}}]
+    body = {**OPENAI_BODIES["create_chat_completion"], "tools": tools, "tool_choice": tool_choice}
+    error, _ = await refusal_seconds("create_chat_completion", body)
+    assert error.message == "tools: the grammar is over this server's limit of 65536 bytes"
