@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from app.grpc.load_request import LOAD_METHOD, bounded_load_handler
 from app.grpc.status import SHUTTING_DOWN_MESSAGE
+from app.grpc.trace_context import Continuation
 from app.observability.access_log import RequestLog, write_access_log
 from app.repository.registry import ModelRegistry
 from app.security.restrictions import NO_RESTRICTIONS, ApiGroup, Restrictions
@@ -137,9 +138,7 @@ class FrontendInterceptor(grpc.aio.ServerInterceptor):
         self._log_prompts = log_prompts
 
     async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         if handler is None:

@@ -11,6 +11,8 @@ import grpc.aio
 
 from app.core.timing import TRACE_CONTEXT
 
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+"""What a server interceptor hands a call on to: the next interceptor, or the call's handler."""
 TRACE_METADATA = ("traceparent", "tracestate")
 MAX_VALUE_LENGTH = 512
 
@@ -30,9 +32,7 @@ class TraceContextInterceptor(grpc.aio.ServerInterceptor):
     own task: the requests it starts inherit it)."""
 
     async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         context = trace_metadata(details.invocation_metadata)
