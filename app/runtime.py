@@ -16,7 +16,7 @@ from app.multiprocess.link import FrontendProcessLink
 from app.observability.setup import Observability
 from app.observability.statistics import InferenceStatistics
 from app.observability.trace_settings import SettingsChange, TraceSettings
-from app.repository.gc_freeze import freeze_heap, release_heap
+from app.repository.heap_freezer import freeze_heap, release_heap
 from app.repository.poll import RepositoryPoller
 from app.repository.registry import ModelRegistry
 from app.triton.model_table import model_table

@@ -25,7 +25,7 @@ the servers the tests start (each on a free port) and to anything else on the ma
 
 @pytest.fixture(autouse=True)
 def thawed_after_each_test() -> Iterator[None]:
-    """An app's start-up freezes the heap (app/repository/gc_freeze.py): thaw it after each test,
+    """An app's start-up freezes the heap (app/repository/heap_freezer.py): thaw it after each test,
     so that no test's garbage outlives it and no test depends on an earlier one."""
     yield
     gc.unfreeze()

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.errors import ModelConfigError, ModelNotFoundError
 from app.paths import PROJECT_ROOT
 from app.repository.engines import Supervision, new_served_model, start_engines, stop_engines
-from app.repository.gc_freeze import thawed_heap
+from app.repository.heap_freezer import thawed_heap
 from app.repository.index import RepositoryEntry, repository_index
 from app.repository.instances import MAX_INSTANCES_PER_MODEL, HostDevices
 from app.repository.layout import (
@@ -386,7 +386,7 @@ class ModelRegistry:
     @asynccontextmanager
     async def _change(self, name: str) -> AsyncIterator[None]:
         """A load or unload of `name`: one at a time per model, with the heap thawed so that
-        the engines it stops are collected, frozen again after it (app/repository/gc_freeze.py).
+        the engines it stops are collected, frozen again after it (app/repository/heap_freezer.py).
         The change itself runs in a coroutine of its own, which holds the engines it
         stopped: once it returned, none of them is frozen with the heap."""
         async with self._locks.setdefault(name, asyncio.Lock()):

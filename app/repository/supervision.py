@@ -16,7 +16,7 @@ from app.core.cancelling import cancel_and_wait
 from app.core.migration import MigratableEngine
 from app.core.types import InferenceEngine
 from app.errors import ServerError
-from app.repository.gc_freeze import thawed_heap
+from app.repository.heap_freezer import thawed_heap
 from app.repository.layout import ModelSpec
 from app.repository.liveness import ProgressWatch
 from app.repository.served_model import InstanceSlot, ModelState, ServedModel

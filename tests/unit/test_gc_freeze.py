@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.repository.gc_freeze import HeapFreezer
+from app.repository.heap_freezer import HeapFreezer
 from app.settings import Settings
 from tests.doubles import FakeEngine
 from tests.support.clients import started_clients
