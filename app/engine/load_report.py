@@ -11,30 +11,17 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 from app.core.load_view import LoadBoard
+from app.engine.metrics import EngineStepLogger
 
 
-class LoadReporter(StatLoggerBase):
+class LoadReporter(EngineStepLogger):
     """A vLLM stat logger writing each scheduler report to a board (O(1) a report)."""
 
     def __init__(self, board: LoadBoard) -> None:
         self._board = board
 
-    def record(
-        self,
-        scheduler_stats: Any,
-        iteration_stats: Any,
-        mm_cache_stats: Any = None,
-        engine_idx: int = 0,
-    ) -> None:
-        if scheduler_stats is not None:
-            self._board.write(
-                scheduler_stats.num_running_reqs,
-                scheduler_stats.num_waiting_reqs,
-                scheduler_stats.kv_cache_usage,
-            )
-
-    def log_engine_initialized(self) -> None:
-        pass
+    def scheduled(self, stats: Any) -> None:
+        self._board.write(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
 
 
 def load_reporter_factory(board: LoadBoard) -> Callable[[Any, int], StatLoggerBase]:

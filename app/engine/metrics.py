@@ -149,7 +149,33 @@ class VllmMetrics:
         return factory
 
 
-class ModelStatLogger(StatLoggerBase):
+class EngineStepLogger(StatLoggerBase):
+    """A vLLM stat logger that reads each engine step's statistics: the scheduler's report
+    (`scheduled`) and the iteration's (`iterated`), each where vLLM gives one."""
+
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+    ) -> None:
+        if scheduler_stats is not None:
+            self.scheduled(scheduler_stats)
+        if iteration_stats is not None:
+            self.iterated(iteration_stats)
+
+    def scheduled(self, stats: Any) -> None:
+        """The scheduler's report: requests running and waiting, KV-cache and prefix-cache use."""
+
+    def iterated(self, stats: Any) -> None:
+        """The iteration's statistics: tokens, latencies, finished requests."""
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
+class ModelStatLogger(EngineStepLogger):
     """Receives vLLM's per-iteration statistics in the engine's event loop."""
 
     def __init__(self, metrics: VllmMetrics, labels: tuple[str, str, str]) -> None:
@@ -173,37 +199,30 @@ class ModelStatLogger(StatLoggerBase):
         self._waiting = metrics.waiting.labels(*labels)
         self._kv_cache = metrics.kv_cache_usage.labels(*labels)
 
-    def record(
-        self,
-        scheduler_stats: Any,
-        iteration_stats: Any,
-        mm_cache_stats: Any = None,
-        engine_idx: int = 0,
-    ) -> None:
-        if scheduler_stats is not None:
-            self._running.set(scheduler_stats.num_running_reqs)
-            self._waiting.set(scheduler_stats.num_waiting_reqs)
-            self._kv_cache.set(scheduler_stats.kv_cache_usage)
-            prefix_cache = scheduler_stats.prefix_cache_stats
-            if prefix_cache is not None:
-                self._prefix_queries.inc(prefix_cache.queries)
-                self._prefix_hits.inc(prefix_cache.hits)
-        if iteration_stats is None:
-            return
-        prompt_tokens = iteration_stats.num_prompt_tokens
-        generation_tokens = iteration_stats.num_generation_tokens
+    def scheduled(self, stats: Any) -> None:
+        self._running.set(stats.num_running_reqs)
+        self._waiting.set(stats.num_waiting_reqs)
+        self._kv_cache.set(stats.kv_cache_usage)
+        prefix_cache = stats.prefix_cache_stats
+        if prefix_cache is not None:
+            self._prefix_queries.inc(prefix_cache.queries)
+            self._prefix_hits.inc(prefix_cache.hits)
+
+    def iterated(self, stats: Any) -> None:
+        prompt_tokens = stats.num_prompt_tokens
+        generation_tokens = stats.num_generation_tokens
         self._prompt_tokens.inc(prompt_tokens)
         self._generation_tokens.inc(generation_tokens)
-        self._preemptions.inc(iteration_stats.num_preempted_reqs)
+        self._preemptions.inc(stats.num_preempted_reqs)
         if prompt_tokens or generation_tokens:
             self._iteration_tokens.observe(prompt_tokens + generation_tokens)
-        for value in iteration_stats.time_to_first_tokens_iter:
+        for value in stats.time_to_first_tokens_iter:
             self._ttft.observe(value)
-        for value in iteration_stats.inter_token_latencies_iter:
+        for value in stats.inter_token_latencies_iter:
             self._tpot.observe(value)
-        for value in iteration_stats.n_params_iter:
+        for value in stats.n_params_iter:
             self._n.observe(value)
-        for finished in iteration_stats.finished_requests:
+        for finished in stats.finished_requests:
             self._e2e.observe(finished.e2e_latency)
             self._queue.observe(finished.queued_time)
             self._inference.observe(finished.inference_time)
@@ -211,9 +230,6 @@ class ModelStatLogger(StatLoggerBase):
             self._decode.observe(finished.decode_time)
             self._request_prompt.observe(finished.num_prompt_tokens)
             self._request_generation.observe(finished.num_generation_tokens)
-
-    def log_engine_initialized(self) -> None:
-        pass
 
 
 class MetricsProvider:
