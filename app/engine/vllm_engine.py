@@ -383,7 +383,7 @@ def return_freed_memory() -> None:
     """Collect the stopped engine's objects and hand the freed heap back to the system: the
     allocator keeps it otherwise, and the server's RSS grows with every reload. (Frozen
     objects are never collected: the registry thaws the heap around each load, unload and
-    engine restart, app/repository/gc_freeze.py.)"""
+    engine restart, app/repository/heap_freezer.py.)"""
     gc.collect()
     if MALLOC_TRIM is not None:
         MALLOC_TRIM(0)

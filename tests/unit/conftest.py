@@ -1,5 +1,5 @@
 """Unit-test apps keep the heap unfrozen (FREEZE_GC_HEAP=false): freezing collects the whole
-test process's heap at each start-up and change, seconds per test. tests/unit/test_gc_freeze.py
+test process's heap at each start-up and change, seconds per test. tests/unit/test_heap_freezer.py
 turns it on."""
 
 from __future__ import annotations
