@@ -32,7 +32,7 @@ from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
 from app.openai.serving import OpenAIServing, engine_openai_serving
 from app.repository.registry import ModelRegistry
-from app.schemas.validation import check_unicode
+from app.schemas.validation import check_unicode, may_hold_surrogates
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,8 @@ def json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequestError(f"The request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object")
-    check_unicode(body)
+    if may_hold_surrogates(raw):
+        check_unicode(body)
     return body
 
 

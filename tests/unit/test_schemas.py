@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from app.errors import InvalidRequestError
 from app.schemas.generate import GenerateRequest, SamplingParameters
-from app.schemas.validation import format_validation_errors
+from app.schemas.validation import format_validation_errors, json_object_text, may_hold_surrogates
 
 
 def errors_of(raw: str) -> str:
@@ -71,3 +72,29 @@ def test_image_accepts_a_list_or_one_string() -> None:
 def test_unknown_top_level_keys_are_kept_as_extras() -> None:
     body = GenerateRequest.model_validate({"text_input": "x", "temperature": 0})
     assert body.model_extra == {"temperature": 0}
+
+
+@pytest.mark.parametrize(
+    ("text", "may_hold"),
+    [
+        ('{"stop": ["x"]}', False),
+        ('{"stop": "\\ud800"}', True),
+        ('{"stop": "\\uDE00"}', True),
+        ('{"stop": "\\u00e9"}', False),
+        ('{"stop": "é"}', True),
+    ],
+)
+def test_only_json_that_can_hold_a_surrogate_is_walked(text: str, may_hold: bool) -> None:
+    assert may_hold_surrogates(text) is may_hold
+    assert may_hold_surrogates(text.encode()) is may_hold
+
+
+def test_a_lone_surrogate_escape_in_json_text_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidRequestError) as raised:
+        json_object_text('{"stop": ["\\ud800"]}', "sampling_parameters")
+    assert raised.value.message == (
+        "sampling_parameters.stop[0]: not valid Unicode text (a lone surrogate)"
+    )
+    assert json_object_text('{"stop": ["\\ud83d\\ude00"]}', "sampling_parameters") == {
+        "stop": ["\U0001f600"]
+    }
