@@ -37,11 +37,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROGRAM) -> None:
 def warn_ignored(ignored: Sequence[str]) -> None:
     """One warning per Triton flag taken without effect, saying why where the flag says."""
     notes = {flag.name: flag.note for flag in all_flags()}
-    for given in ignored:
-        note = notes.get(given.removeprefix("--").partition("=")[0], "")
+    for flag in ignored:
+        note = notes.get(flag.removeprefix("--").partition("=")[0], "")
         logger.warning(
             "%s: accepted for compatibility with tritonserver; it has no effect here%s",
-            given,
+            flag,
             f": {note}" if note else "",
         )
 
@@ -98,8 +98,8 @@ def validation_message(exc: ValidationError, command_line: CommandLine) -> str:
             continue
         setting = str(error["loc"][0])
         source = command_line.flags.get(setting, env_name(setting))
-        given = error.get("input")
-        lines.append(f'Bad option: "{source}". {text}. Got {given}')
+        received = error.get("input")
+        lines.append(f'Bad option: "{source}". {text}. Got {received}')
     return "\n".join(lines)
 
 

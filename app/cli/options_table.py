@@ -19,7 +19,7 @@ MIN_COMPUTE_CAPABILITY = "6.0"
 """tritonserver's --min-supported-compute-capability default."""
 
 
-def given_values(ignored: Sequence[str]) -> dict[str, str]:
+def ignored_values(ignored: Sequence[str]) -> dict[str, str]:
     """Flag name -> value of each flag taken without effect (`--name=value`, as the command
     line records them)."""
     values = {}
@@ -29,7 +29,7 @@ def given_values(ignored: Sequence[str]) -> dict[str, str]:
     return values
 
 
-def option_rows(settings: Settings, given: dict[str, str]) -> list[tuple[str, str]]:
+def option_rows(settings: Settings, ignored: dict[str, str]) -> list[tuple[str, str]]:
     """Triton's rows, in its order."""
     rows = [
         ("server_id", SERVER_NAME),
@@ -44,8 +44,8 @@ def option_rows(settings: Settings, given: dict[str, str]) -> list[tuple[str, st
     if settings.model_control_mode == "explicit":
         rows += [(f"startup_models_{i}", name) for i, name in enumerate(settings.load_model)]
     pool_flag = "pinned-memory-pool-byte-size"
-    pool = given.get(pool_flag, TRITON_DEFAULTS[pool_flag])
-    capability = given.get("min-supported-compute-capability", MIN_COMPUTE_CAPABILITY)
+    pool = ignored.get(pool_flag, TRITON_DEFAULTS[pool_flag])
+    capability = ignored.get("min-supported-compute-capability", MIN_COMPUTE_CAPABILITY)
     rows += [
         ("strict_model_config", "0"),
         ("model_config_name", settings.model_config_name),
@@ -61,4 +61,4 @@ def option_rows(settings: Settings, given: dict[str, str]) -> list[tuple[str, st
 
 def options_table(settings: Settings, ignored: Sequence[str] = ()) -> str:
     """The table as Triton logs it (a line break first: it follows the log line's prefix)."""
-    return ascii_table(HEADERS, option_rows(settings, given_values(ignored)))
+    return ascii_table(HEADERS, option_rows(settings, ignored_values(ignored)))
