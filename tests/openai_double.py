@@ -14,6 +14,7 @@ from app.core.chunks import merge_chunks
 from app.core.guard import OutputReading, RequestGuard, chunk_timeline, chunk_token_counts
 from app.core.types import GenerationChunk, ValidRequest
 from app.errors import InvalidRequestError, ModelNotFoundError, ServerError
+from app.schemas.openai import OpenAIEndpoint
 
 
 class Body(BaseModel):
@@ -59,38 +60,28 @@ class FakeOpenAIServing:
         self.calls: list[dict[str, Any]] = []
         self.utility = FakeOpenAIUtility()
 
-    async def create_completion(
+    async def create(
         self,
+        endpoint: OpenAIEndpoint,
         body: dict[str, Any],
         *,
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        request = read(CompletionBody, body)
-        return await self._serve(
-            request, request.prompt, "text_completion", guard, adapter, headers
-        )
-
-    async def create_chat_completion(
-        self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        request = read(ChatBody, body)
-        prompt = " ".join(message.content for message in request.messages)
-        return await self._serve(request, prompt, "chat.completion", guard, adapter, headers)
+        if endpoint is OpenAIEndpoint.RESPONSES:
+            return await self.create_response(body, guard=guard, adapter=adapter)
+        if endpoint is OpenAIEndpoint.COMPLETIONS:
+            completion = read(CompletionBody, body)
+            return await self._serve(
+                completion, completion.prompt, "text_completion", guard, adapter, headers
+            )
+        chat = read(ChatBody, body)
+        prompt = " ".join(message.content for message in chat.messages)
+        return await self._serve(chat, prompt, "chat.completion", guard, adapter, headers)
 
     async def create_response(
-        self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
+        self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
         request = read(ResponsesBody, body)
         self.calls.append({"body": request, "adapter": adapter, "request_id": guard.request_id})

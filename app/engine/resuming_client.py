@@ -3,7 +3,7 @@ engine when its engine dies: the request waits for the replacement (the engine's
 `handover`, app/repository/supervision.py) and resumes there from the tokens its client
 already received, so that its client sees one uninterrupted stream (app/core/migration.py
 keeps the books). Both the Triton path (`VllmEngine.generate`) and vLLM's OpenAI serving code
-(`GuardedEngineClient`) read their outputs through it."""
+(`GuardedRequest`) read their outputs through it."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def can_migrate(params: Any) -> bool:
 
 
 class ResumingRequest:
-    """`llm.generate(prompt, params, request_id, **kwargs)` on `engine`, resumed on its
+    """`llm.engine_generate(prompt, params, request_id, **kwargs)` on `engine`, resumed on its
     replacement each time it dies (as long as the request can resume). A FINAL_ONLY request
     runs as DELTA underneath (so that what it produced is known) and yields one final output."""
 
@@ -113,7 +113,7 @@ class ResumingRequest:
             if engine is not self._engine:
                 tracked.append(self._request_id)
                 engine.track(self._admitted_id, tracked)
-            stream: AsyncGenerator[Any, None] = llm.generate(
+            stream: AsyncGenerator[Any, None] = llm.engine_generate(
                 self._prompt, params, self._request_id, **self._kwargs
             )
             return stream
@@ -128,7 +128,9 @@ class ResumingRequest:
             )
             tracked.append(engine_id)
             prompt = self._resumed_prompt(resumption)
-            outputs = llm.generate(prompt, self._resumed_params(resumption), engine_id, **kwargs)
+            outputs = llm.engine_generate(
+                prompt, self._resumed_params(resumption), engine_id, **kwargs
+            )
             streams.append(as_completion(outputs, resumption.index))
         engine.track(self._admitted_id, tracked)
         return merged(streams)

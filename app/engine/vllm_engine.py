@@ -264,7 +264,7 @@ class VllmEngine:
             return ResumingRequest(self, admitted_id, prompt, params, request_id, kwargs).outputs()
         if self._llm is None:
             raise EngineDeadError()
-        return self._llm.generate(prompt, params, request_id, **kwargs)
+        return self._llm.engine_generate(prompt, params, request_id, **kwargs)
 
     def _schedules_by_priority(self) -> bool:
         """model.json's `scheduling_policy` is priority (else, as Triton, priorities do nothing)."""

@@ -9,7 +9,6 @@ from fastapi.responses import Response
 
 from app.errors import ModelNotFoundError
 from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep
-from app.openai.calls import Endpoint, OpenAIContext, respond
 from app.openai.examples import (
     CHAT_BODY,
     CHAT_RESPONSES,
@@ -19,8 +18,10 @@ from app.openai.examples import (
     RESPONSE_BODY,
     RESPONSE_RESPONSES,
 )
+from app.openai.generation import OpenAIContext, respond
 from app.openai.models import model_card_for, model_cards
 from app.openai.schemas import ModelCard, ModelList
+from app.schemas.openai import OpenAIEndpoint
 from app.security.restrictions import ApiGroup, api_group
 
 PREFIX = "/v1"
@@ -47,7 +48,7 @@ async def retrieve_model(model_id: str, registry: RegistryDep) -> dict[str, Any]
 
 
 def add_generating_route(
-    path: str, name: str, endpoint: Endpoint, summary: str, **options: Any
+    path: str, name: str, endpoint: OpenAIEndpoint, summary: str, **options: Any
 ) -> None:
     """Add the POST route `name` at `path` that answers `endpoint`'s calls (JSON, or a stream),
     in the `inference` API group; `options`: FastAPI's route options."""
@@ -66,7 +67,7 @@ def add_generating_route(
 add_generating_route(
     "/completions",
     "completions",
-    Endpoint.COMPLETIONS,
+    OpenAIEndpoint.COMPLETIONS,
     "Complete a prompt (JSON, or Server-Sent Events with `stream: true`)",
     responses=COMPLETION_RESPONSES,
     openapi_extra=COMPLETION_BODY,
@@ -74,7 +75,7 @@ add_generating_route(
 add_generating_route(
     "/chat/completions",
     "chat_completions",
-    Endpoint.CHAT_COMPLETIONS,
+    OpenAIEndpoint.CHAT_COMPLETIONS,
     "Answer a conversation (JSON, or Server-Sent Events with `stream: true`)",
     responses=CHAT_RESPONSES,
     openapi_extra=CHAT_BODY,
@@ -82,7 +83,7 @@ add_generating_route(
 add_generating_route(
     "/responses",
     "create_response",
-    Endpoint.RESPONSES,
+    OpenAIEndpoint.RESPONSES,
     "Answer an input with OpenAI's Responses API (JSON, or Server-Sent Events with "
     "`stream: true`); nothing is stored",
     responses=RESPONSE_RESPONSES,

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from app.core.guard import RequestGuard
 from app.repository.served_model import ServedModel
+from app.schemas.openai import OpenAIEndpoint
 
 CAPABILITY = "openai_serving"
 """The engine attribute holding its `OpenAIServing` (None while the engine is not started)."""
@@ -37,39 +38,22 @@ class OpenAIUtility(Protocol):
 
 
 class OpenAIServing(Protocol):
-    """Reads an OpenAI request body and answers it: the response's JSON, or its SSE frames
-    (`data: {...}`, ending with `data: [DONE]`) when the body asks to stream. Every engine
-    request it starts runs through `guard.stream`; invalid bodies raise `InvalidRequestError`
-    (with `param`), other failures the server's other exceptions."""
+    """A model's OpenAI API: it reads the body of one of OpenAI's generating routes and answers
+    it, running every engine request it starts through `guard.stream`. Invalid bodies raise
+    `InvalidRequestError` (with `param`), other failures the server's other exceptions."""
 
-    async def create_completion(
+    async def create(
         self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]: ...
-
-    async def create_chat_completion(
-        self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]: ...
-
-    async def create_response(
-        self,
+        endpoint: OpenAIEndpoint,
         body: dict[str, Any],
         *,
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """OpenAI's Responses API: the response, or its SSE events (`event: <type>` and
-        `data: {...}`, no `[DONE]`) when the body asks to stream."""
+        """The response's JSON, or its SSE frames when the body asks to stream: `data: {...}`
+        ending with `data: [DONE]`; the Responses API's `event: <type>` and `data: {...}`,
+        with no `[DONE]`."""
         ...
 
     @property

@@ -19,8 +19,8 @@ from app.http.dependencies import RegistryDep, RequestLogDep
 from app.http.errors import ErrorBodies
 from app.http.health import add_health_route, engines_can_serve
 from app.observability.access_log import RequestLog
-from app.openai.calls import read_body, target_of
 from app.openai.errors import openai_error_body
+from app.openai.generation import read_body, target_of
 from app.openai.models import Target
 from app.openai.serving import OpenAIUtility, openai_serving, openai_servings
 from app.openai.utility_examples import (

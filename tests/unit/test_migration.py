@@ -47,7 +47,7 @@ class ScriptedLLM:
         self.calls: list[Call] = []
         self.dead = False
 
-    async def generate(
+    async def engine_generate(
         self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
     ) -> AsyncIterator[RequestOutput]:
         assert params.output_kind == RequestOutputKind.DELTA, (

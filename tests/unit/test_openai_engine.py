@@ -26,7 +26,7 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     create_error_response,
 )
-from app.engine.vllm_openai.engine_client import EngineRequests, GuardedEngineClient
+from app.engine.vllm_openai.guarded_request import EngineRequests, GuardedRequest
 from app.engine.vllm_openai.options import OpenAIOptions, engine_reasoning_parser, openai_options
 from app.engine.vllm_openai.serving import as_server_error
 from app.errors import (
@@ -196,7 +196,7 @@ class FakeLLM:
         self.closed: list[str] = []
         self.on_accepted: dict[str, Any] = {}
 
-    async def generate(
+    async def engine_generate(
         self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
     ) -> AsyncIterator[Any]:
         self.started.append(request_id)
@@ -225,8 +225,7 @@ class Counts:
 async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitted_id() -> None:
     llm, counts = FakeLLM(), Counts()
     requests: EngineRequests = {}
-    client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
-    assert client.model_config.max_model_len == 2048  # everything else is the engine's
+    client = GuardedRequest(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
     outputs = client.generate({"prompt": "x"}, SamplingParams(max_tokens=3), "cmpl-1-0")
     assert requests == {}  # known once it runs
     assert await anext(outputs) and requests == {"admitted": {"cmpl-1-0"}}
@@ -238,9 +237,7 @@ async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitt
 async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestOutputKind) -> None:
     llm = FakeLLM(steps=100, delay=0.02)
     guard = RequestGuard("admitted", RequestLimits(), timeout_seconds=0.1)
-    outputs = GuardedEngineClient(llm, guard, {}).generate(
-        "x", SamplingParams(output_kind=kind), "r"
-    )
+    outputs = GuardedRequest(llm, guard, {}).generate("x", SamplingParams(output_kind=kind), "r")
     if kind is RequestOutputKind.DELTA:  # streaming: ends quietly, the frontend reports it
         assert 1 <= len([o async for o in outputs]) < 100
     else:
@@ -251,7 +248,7 @@ async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestO
 
 async def test_integers_the_engine_cannot_carry_are_refused_before_it_sees_them() -> None:
     llm = FakeLLM()
-    client = GuardedEngineClient(llm, RequestGuard("admitted", RequestLimits()), {})
+    client = GuardedRequest(llm, RequestGuard("admitted", RequestLimits()), {})
     with pytest.raises(InvalidRequestError) as raised:
         client.generate("x", SamplingParams(top_k=10**30), "r")
     assert raised.value.param == "top_k" and llm.started == []
@@ -315,7 +312,7 @@ def test_any_json_in_any_field_is_read_or_refused_with_a_400(
 class FailingLLM(FakeLLM):
     """The engine ends every request at once with vLLM's finish reason "error"."""
 
-    async def generate(
+    async def engine_generate(
         self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
     ) -> AsyncIterator[Any]:
         self.started.append(request_id)
@@ -349,10 +346,10 @@ async def test_a_refused_grammar_never_reaches_the_engine(
     monkeypatch: pytest.MonkeyPatch, kind: RequestOutputKind
 ) -> None:
     monkeypatch.setattr(
-        "app.engine.vllm_openai.engine_client.grammar_check", lambda llm: RefusingCheck()
+        "app.engine.vllm_openai.guarded_request.grammar_check", lambda llm: RefusingCheck()
     )
     llm, guard = FakeLLM(), RequestGuard("admitted", RequestLimits())
-    client = GuardedEngineClient(llm, guard, {})
+    client = GuardedRequest(llm, guard, {})
     outputs = client.generate(
         "x", SamplingParams(structured_outputs=JSON_GRAMMAR, output_kind=kind), "r"
     )
@@ -370,9 +367,9 @@ async def test_an_engine_error_on_a_grammar_is_the_clients_and_without_one_the_s
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        "app.engine.vllm_openai.engine_client.grammar_check", lambda llm: PassingCheck()
+        "app.engine.vllm_openai.guarded_request.grammar_check", lambda llm: PassingCheck()
     )
-    client = GuardedEngineClient(FailingLLM(), RequestGuard("admitted", RequestLimits()), {})
+    client = GuardedRequest(FailingLLM(), RequestGuard("admitted", RequestLimits()), {})
     outputs = client.generate("x", SamplingParams(structured_outputs=JSON_GRAMMAR), "r")
     with pytest.raises(InvalidRequestError) as raised:
         [o async for o in outputs]

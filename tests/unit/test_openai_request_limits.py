@@ -16,9 +16,10 @@ import pytest
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
-from app.engine.vllm_openai.serving import VllmOpenAIServing
+from app.engine.vllm_openai.serving import Servers, VllmOpenAIServing
 from app.errors import InvalidRequestError
 from app.openai.limits import check_body, max_tokens_field
+from app.schemas.openai import OpenAIEndpoint
 from tests.support.probe import access_times, readiness_probe
 from tests.support.triton_grpc import GrpcApp
 from tests.unit.test_request_limits import (
@@ -35,7 +36,11 @@ __all__ = ["served"]
 class NotServed:
     """Stands for vLLM's serving objects: a request that passes the limits fails the test."""
 
-    _completion = _chat = None
+    _servers = Servers(
+        completion=SimpleNamespace(create_completion=None),
+        chat=SimpleNamespace(create_chat_completion=None),
+        responses=None,
+    )
     _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20))
 
     async def _serve(self, *args: Any) -> Any:
@@ -86,44 +91,58 @@ OPENAI_CASES = [
 ENGINE_CHECKED = {"logprobs", "top_logprobs", "prompt_logprobs", "n_as_text"}
 """Cases the engine adapter refuses: the model's bound on log probabilities, and a value
 as vLLM reads it."""
-OPENAI_BODIES: dict[str, dict[str, Any]] = {
-    "create_completion": {"model": "fake", "prompt": "Hi"},
-    "create_chat_completion": {"model": "fake", "messages": [{"role": "user", "content": "Hi"}]},
+OPENAI_BODIES: dict[OpenAIEndpoint, dict[str, Any]] = {
+    OpenAIEndpoint.COMPLETIONS: {"model": "fake", "prompt": "Hi"},
+    OpenAIEndpoint.CHAT_COMPLETIONS: {
+        "model": "fake",
+        "messages": [{"role": "user", "content": "Hi"}],
+    },
 }
 
 
-PROMPT_FIELDS = {"create_completion": "prompt", "create_chat_completion": "messages"}
-OPENAI_PATHS = {"create_completion": "completions", "create_chat_completion": "chat/completions"}
+OPENAI_PATHS = {
+    OpenAIEndpoint.COMPLETIONS: "completions",
+    OpenAIEndpoint.CHAT_COMPLETIONS: "chat/completions",
+}
 
 
-async def refusal_seconds(method: str, body: dict[str, Any]) -> tuple[InvalidRequestError, float]:
+async def refusal_seconds(
+    endpoint: OpenAIEndpoint, body: dict[str, Any]
+) -> tuple[InvalidRequestError, float]:
     """The refusal of `body` on its way to vLLM's serving code: the frontend's check of the
     body as sent, then the engine adapter's (the model's bounds, the values as read)."""
     started = time.perf_counter()
     with pytest.raises(InvalidRequestError) as raised:
-        await to_vllms_serving_code(method, body)
+        await to_vllms_serving_code(endpoint, body)
     return raised.value, time.perf_counter() - started
 
 
-async def to_vllms_serving_code(method: str, body: dict[str, Any]) -> None:
+async def to_vllms_serving_code(endpoint: OpenAIEndpoint, body: dict[str, Any]) -> None:
     limits = RequestLimits(max_tokens=16, max_n=16)
-    check_body(body, limits, max_tokens_field(body, PROMPT_FIELDS[method]))
+    check_body(body, limits, max_tokens_field(body, endpoint.value))
     guard = RequestGuard("limits", limits)
-    await getattr(VllmOpenAIServing, method)(
-        NotServed(), body, guard=guard, adapter=None, headers={}
+    await VllmOpenAIServing.create(
+        NotServed(),  # type: ignore[arg-type]
+        endpoint,
+        body,
+        guard=guard,
+        adapter=None,
+        headers={},
     )
 
 
 @pytest.mark.parametrize(
     ("name", "fields", "message"), OPENAI_CASES, ids=[case[0] for case in OPENAI_CASES]
 )
-@pytest.mark.parametrize("method", list(OPENAI_BODIES))
+@pytest.mark.parametrize("endpoint", list(OPENAI_BODIES), ids=lambda endpoint: endpoint.name)
 async def test_openai_refusals_come_before_vllms_serving_code(
-    method: str, name: str, fields: dict[str, Any], message: str
+    endpoint: OpenAIEndpoint, name: str, fields: dict[str, Any], message: str
 ) -> None:
     """vLLM's own request models read the body; the limits are checked on the body as sent
     and as read (`n: "1000000000"` is a number to vLLM), each in O(1)."""
-    results = [await refusal_seconds(method, {**OPENAI_BODIES[method], **fields}) for _ in range(3)]
+    results = [
+        await refusal_seconds(endpoint, {**OPENAI_BODIES[endpoint], **fields}) for _ in range(3)
+    ]
     error, seconds = min(results, key=lambda result: result[1])
     assert error.message.startswith(message), error.message[:200]
     assert error.param == message.partition(":")[0]
@@ -136,15 +155,20 @@ FRONTEND_CASES = [case for case in OPENAI_CASES if case[0] not in ENGINE_CHECKED
 @pytest.mark.parametrize(
     ("name", "fields", "message"), FRONTEND_CASES, ids=[case[0] for case in FRONTEND_CASES]
 )
-@pytest.mark.parametrize("method", list(OPENAI_BODIES))
+@pytest.mark.parametrize("endpoint", list(OPENAI_BODIES), ids=lambda endpoint: endpoint.name)
 @pytest.mark.parametrize("stream", [False, True])
 def test_openai_refusals_are_the_frontends_before_admission(
-    served: GrpcApp, method: str, stream: bool, name: str, fields: dict[str, Any], message: str
+    served: GrpcApp,
+    endpoint: OpenAIEndpoint,
+    stream: bool,
+    name: str,
+    fields: dict[str, Any],
+    message: str,
 ) -> None:
     """Over HTTP, the frontend refuses the body as sent before the request is admitted (the
     model's OpenAI API never sees it), streaming or not, with the same reason as above."""
-    path = OPENAI_PATHS[method]
-    content = json.dumps({**OPENAI_BODIES[method], **fields, "stream": stream})
+    path = OPENAI_PATHS[endpoint]
+    content = json.dumps({**OPENAI_BODIES[endpoint], **fields, "stream": stream})
     engine = served.app.state.runtime.registry.get("fake").engine
     calls = len(engine.openai_serving.calls)
 
@@ -162,10 +186,10 @@ def test_openai_refusals_are_the_frontends_before_admission(
 
 
 async def test_openai_prompt_batches_are_bounded() -> None:
-    error, seconds = await refusal_seconds("create_completion", {"prompt": ["x"] * MANY})
+    error, seconds = await refusal_seconds(OpenAIEndpoint.COMPLETIONS, {"prompt": ["x"] * MANY})
     assert error.message == f"prompt: {MANY} items are above this server's limit of 64"
     assert seconds * 1000 < SERVER_TIME_LIMIT_MS
-    error, _ = await refusal_seconds("create_completion", {"prompt": [[1, 2]] * 65})
+    error, _ = await refusal_seconds(OpenAIEndpoint.COMPLETIONS, {"prompt": [[1, 2]] * 65})
     assert error.param == "prompt"
 
 
@@ -188,6 +212,10 @@ def test_openai_model_ids_are_bounded_before_they_are_looked_up(served: GrpcApp)
 )
 async def test_forced_tool_calls_are_grammars_and_bounded(tool_choice: Any) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"enum": [1] * MANY}}}]
-    body = {**OPENAI_BODIES["create_chat_completion"], "tools": tools, "tool_choice": tool_choice}
-    error, _ = await refusal_seconds("create_chat_completion", body)
+    body = {
+        **OPENAI_BODIES[OpenAIEndpoint.CHAT_COMPLETIONS],
+        "tools": tools,
+        "tool_choice": tool_choice,
+    }
+    error, _ = await refusal_seconds(OpenAIEndpoint.CHAT_COMPLETIONS, body)
     assert error.message == "tools: the grammar is over this server's limit of 65536 bytes"

@@ -158,9 +158,10 @@ async def test_drain_aborts_long_requests_with_an_error(repository: Path) -> Non
 
     from app.core.service import GenerationService
     from app.errors import ModelUnavailableError
-    from app.openai.calls import Endpoint, OpenAIContext, run
+    from app.openai.generation import OpenAIContext, run
     from app.openai.models import resolve
     from app.repository.registry import LifecycleOptions, ModelRegistry
+    from app.schemas.openai import OpenAIEndpoint
 
     engine = FakeEngine(step_delay=0.01)
     registry = ModelRegistry(
@@ -174,7 +175,9 @@ async def test_drain_aborts_long_requests_with_an_error(repository: Path) -> Non
         try:
             return [
                 item
-                async for item in run(context, target, {**COMPLETION, **body}, Endpoint.COMPLETIONS)
+                async for item in run(
+                    context, target, {**COMPLETION, **body}, OpenAIEndpoint.COMPLETIONS
+                )
             ]
         except ModelUnavailableError as exc:
             return [exc]

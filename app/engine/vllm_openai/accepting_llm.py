@@ -1,12 +1,16 @@
-"""vLLM's `AsyncLLM`, telling a request's frontend when the engine has taken the request."""
+"""vLLM's `AsyncLLM`, telling a request's frontend when the engine has taken the request, and
+running the engine requests vLLM's OpenAI serving code asks for through the request it
+serves."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
+
+from app.engine.vllm_openai.guarded_request import SERVED_REQUEST
 
 
 class AcceptingAsyncLLM(AsyncLLM):
@@ -18,6 +22,19 @@ class AcceptingAsyncLLM(AsyncLLM):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_accepted: dict[str, Callable[[], None]] = {}
+
+    def generate(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        """An engine request vLLM's serving code asks for (its objects hold this engine): run
+        through the OpenAI request they serve in this context (`serving`), if any."""
+        request = SERVED_REQUEST.get()
+        if request is None:
+            return self.engine_generate(*args, **kwargs)
+        return request.generate(*args, **kwargs)
+
+    def engine_generate(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        """`AsyncLLM.generate` itself: the server's own engine requests (the Triton path, an
+        OpenAI request's guarded ones, a resumed request) whatever the context."""
+        return super().generate(*args, **kwargs)
 
     async def add_request(self, request_id: str, *args: Any, **kwargs: Any) -> Any:
         collector = await super().add_request(request_id, *args, **kwargs)

@@ -18,7 +18,7 @@ from app.engine.vllm_openai.compat import (
     ResponsesRequest,
     supported_arguments,
 )
-from app.engine.vllm_openai.engine_client import GuardedEngineClient
+from app.engine.vllm_openai.guarded_request import GuardedRequest
 from app.engine.vllm_openai.limits import read_within_limits
 from app.errors import ModelNotFoundError
 
@@ -40,7 +40,7 @@ def responses_server(llm: Any, models: Any, arguments: Mapping[str, Any]) -> Any
 
 def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: int) -> Any:
     """The body as vLLM's `ResponsesRequest` within the server's limits (checked as sent and
-    as read, `max_output_tokens` capped at MAX_TOKENS_LIMIT), or a 400 naming the field (a
+    as read, `max_output_tokens` MAX_TOKENS_LIMIT when unset), or a 400 naming the field (a
     404 for a `previous_response_id`: none is stored)."""
     request = read_within_limits(ResponsesRequest, body, guard, max_logprobs, MAX_OUTPUT_TOKENS)
     if request.previous_response_id is not None:
@@ -50,9 +50,8 @@ def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: i
             param="previous_response_id",
         )
     limit = guard.limits.max_tokens
-    given = request.max_output_tokens
-    if limit is not None and (given is None or given > limit):
-        request.max_output_tokens = limit
+    if limit is not None and request.max_output_tokens is None:
+        request.max_output_tokens = limit  # one above the limit was refused as it was read
     return request
 
 
@@ -62,7 +61,7 @@ def response_json(response: BaseModel) -> dict[str, Any]:
 
 
 async def sse_frames(
-    events: AsyncGenerator[Any, None], engine: GuardedEngineClient
+    events: AsyncGenerator[Any, None], served: GuardedRequest
 ) -> AsyncGenerator[str, None]:
     """vLLM's stream events as Server-Sent Events named by their type, as vLLM's server
     frames them (no `[DONE]`: `response.completed` ends the stream). A response the core
@@ -71,7 +70,7 @@ async def sse_frames(
     try:
         async for event in events:
             kind = getattr(event, "type", "unknown")
-            if kind == COMPLETED and engine.failure is not None:
+            if kind == COMPLETED and served.failure is not None:
                 return
             data = event.model_dump_json(indent=None, by_alias=True)
             yield f"event: {kind}\ndata: {data}\n\n"
@@ -80,29 +79,29 @@ async def sse_frames(
 
 
 async def responses_begun(
-    events: AsyncGenerator[Any, None], engine: GuardedEngineClient
+    events: AsyncGenerator[Any, None], served: GuardedRequest
 ) -> AsyncGenerator[str, None]:
     """The stream's frames, begun once the engine took its request. vLLM writes the first
     events (`response.created`, `response.in_progress`) before it asks for the engine request:
     they are held until the request's grammar passed its check and the engine took it. A
     refusal is raised here instead, the stream closed unread."""
-    frames = sse_frames(events, engine)
+    frames = sse_frames(events, served)
     held: list[str] = []
     pending = asyncio.ensure_future(anext(frames))
     try:
-        while not await requested_or_ready(engine, pending):
+        while not await requested_or_ready(served, pending):
             try:
                 held.append(pending.result())
             except StopAsyncIteration:
                 return replay(held, None)
             pending = asyncio.ensure_future(anext(frames))
-        await engine.grammars_checked()
-        accepted_all = asyncio.ensure_future(engine.acceptances.all_accepted())
+        await served.grammars_checked()
+        accepted_all = asyncio.ensure_future(served.acceptances.all_accepted())
         try:
             await asyncio.wait({pending, accepted_all}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             accepted_all.cancel()
-        refusal = engine.acceptances.refusal()
+        refusal = served.acceptances.refusal()
         if refusal is not None:
             raise refusal
     except BaseException:
@@ -113,15 +112,15 @@ async def responses_begun(
     return replay(held, first_then_rest(pending, frames))
 
 
-async def requested_or_ready(engine: GuardedEngineClient, pending: asyncio.Future[str]) -> bool:
+async def requested_or_ready(served: GuardedRequest, pending: asyncio.Future[str]) -> bool:
     """Until the engine request was asked for (True) or the next frame is ready (False)."""
-    requested = asyncio.ensure_future(engine.requested.wait())
+    requested = asyncio.ensure_future(served.requested.wait())
     waiting: set[asyncio.Future[Any]] = {pending, requested}
     try:
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     finally:
         requested.cancel()
-    return engine.requested.is_set()
+    return served.requested.is_set()
 
 
 async def replay(

@@ -4,7 +4,6 @@ core."""
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from types import SimpleNamespace
@@ -30,8 +29,8 @@ from app.engine.vllm_openai.compat import (
     load_chat_template,
     supported_arguments,
 )
-from app.engine.vllm_openai.engine_client import EngineOutputs, GuardedEngineClient
-from app.engine.vllm_openai.engine_client import EngineRequests as EngineRequests  # for VllmEngine
+from app.engine.vllm_openai.guarded_request import EngineOutputs, GuardedRequest, bound, serving
+from app.engine.vllm_openai.guarded_request import EngineRequests as EngineRequests  # VllmEngine
 from app.engine.vllm_openai.limits import read_within_limits
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
@@ -54,6 +53,7 @@ from app.errors import (
     UnprocessableContentError,
 )
 from app.repository.layout import ModelSpec
+from app.schemas.openai import OpenAIEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,10 @@ ERROR_BY_STATUS: dict[int, type[ServerError]] = {
 }
 """vLLM's error statuses as the server's own exceptions (each frontend answers them)."""
 
-StreamStart = Callable[[Any, GuardedEngineClient], Awaitable[AsyncGenerator[str, None]]]
+VllmCreate = Callable[[Any, "RawRequest"], Awaitable[Any]]
+"""A vLLM serving object's method (`create_completion`...): the request and the HTTP request
+it reads, to the response, an `ErrorResponse` or a stream."""
+StreamStart = Callable[[Any, GuardedRequest], Awaitable[AsyncGenerator[str, None]]]
 """How a stream vLLM's serving code returned is begun: its SSE frames once the engine took
 its requests, or the refusal raised."""
 
@@ -83,8 +86,8 @@ class Servers(NamedTuple):
 
 class VllmOpenAIServing:
     """The OpenAI API of one model version (the frontend's `OpenAIServing`): request bodies
-    read and answered by vLLM's serving classes, which run on the engine through the
-    request's guard."""
+    read and answered by vLLM's serving objects, built once on the engine; the engine
+    requests they ask for run through the guard of the request they serve."""
 
     def __init__(
         self,
@@ -114,75 +117,42 @@ class VllmOpenAIServing:
         )
         """Tokenization and runtime LoRA adapters (vLLM's utility routes)."""
 
-    async def create_completion(
+    async def create(
         self,
+        endpoint: OpenAIEndpoint,
         body: dict[str, Any],
         *,
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """`POST /v1/completions`: the response's JSON, or its SSE frames when it streams."""
-        request = read_within_limits(
-            CompletionRequest, body, guard, self._llm.model_config.max_logprobs
-        )
-        limit = guard.limits.max_tokens
-        if limit is not None and (request.max_tokens is None or request.max_tokens > limit):
-            request.max_tokens = limit
-        return await self._serve(
-            self._servers.completion, "create_completion", request, guard, adapter, headers
-        )
-
-    async def create_chat_completion(
-        self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """`POST /v1/chat/completions`: the response's JSON, or its SSE frames when it streams."""
-        completion_tokens = body.get("max_completion_tokens") is not None
-        field = "max_completion_tokens" if completion_tokens else "max_tokens"
-        request = read_within_limits(
-            ChatCompletionRequest, body, guard, self._llm.model_config.max_logprobs, field
-        )
-        limit = guard.limits.max_tokens
-        if (
-            limit is not None
-            and request.max_completion_tokens is None
-            and request.max_tokens is None
-        ):
-            request.max_tokens = limit
-        return await self._serve(
-            self._servers.chat, "create_chat_completion", request, guard, adapter, headers
-        )
-
-    async def create_response(
-        self,
-        body: dict[str, Any],
-        *,
-        guard: RequestGuard,
-        adapter: str | None,
-        headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """`POST /v1/responses`: the response's JSON, or its SSE events when it streams."""
-        request = responses_request(guard, body, self._llm.model_config.max_logprobs)
-        return await self._serve(
-            self._servers.responses,
-            "create_responses",
-            request,
-            guard,
-            adapter,
-            headers,
-            start=responses_begun,
-            dump=response_json,
-        )
+        """`endpoint`'s answer to `body`: the response's JSON, or its SSE frames when it
+        streams."""
+        max_logprobs = self._llm.model_config.max_logprobs
+        if endpoint is OpenAIEndpoint.RESPONSES:
+            request = responses_request(guard, body, max_logprobs)
+            return await self._serve(
+                self._servers.responses.create_responses,
+                request,
+                guard,
+                adapter,
+                headers,
+                start=responses_begun,
+                dump=response_json,
+            )
+        if endpoint is OpenAIEndpoint.COMPLETIONS:
+            request = read_within_limits(CompletionRequest, body, guard, max_logprobs)
+            create = self._servers.completion.create_completion
+        else:
+            field = max_tokens_field(body)
+            request = read_within_limits(ChatCompletionRequest, body, guard, max_logprobs, field)
+            create = self._servers.chat.create_chat_completion
+        default_max_tokens(request, guard.limits.max_tokens)
+        return await self._serve(create, request, guard, adapter, headers)
 
     async def _serve(
         self,
-        server: Any,
-        method: str,
+        create: VllmCreate,
         request: Any,
         guard: RequestGuard,
         adapter: str | None,
@@ -190,18 +160,16 @@ class VllmOpenAIServing:
         start: StreamStart | None = None,
         dump: Callable[[BaseModel], dict[str, Any]] = BaseModel.model_dump,
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """Run one request on a copy of `server` whose engine is this request's guarded one:
-        a stream is begun by `start` (by default once the engine took its requests), a
-        response written by `dump`."""
+        """Run one request with vLLM's `create`, serving it (the engine requests it asks for are the
+        request's): a stream is begun by `start` (by default once the engine took its
+        requests) and read serving it, a response written by `dump`."""
         request.model = adapter or self._name
-        view = copy.copy(server)
-        view.engine_client = engine = GuardedEngineClient(
-            self._llm, guard, self._requests, self._generate
-        )
+        served = GuardedRequest(self._llm, guard, self._requests, self._generate)
         try:
-            result = await getattr(view, method)(request, RawRequest(headers))
-            if not isinstance(result, (ErrorResponse, BaseModel)):
-                result = await (start or begun_stream)(result, engine)
+            with serving(served):
+                result = await create(request, RawRequest(headers))
+                if not isinstance(result, (ErrorResponse, BaseModel)):
+                    result = bound(await (start or begun_stream)(result, served), served)
         except ServerError:
             raise
         except EngineDeadError as exc:
@@ -215,15 +183,30 @@ class VllmOpenAIServing:
         return result  # type: ignore[no-any-return]
 
 
-async def begun_stream(stream: Any, engine: GuardedEngineClient) -> AsyncGenerator[str, None]:
+def max_tokens_field(body: dict[str, Any]) -> str:
+    """The field that bounds a chat completion's new tokens (`max_tokens` is deprecated)."""
+    return (
+        "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    )
+
+
+def default_max_tokens(request: Any, limit: int | None) -> None:
+    """The server's limit as the request's `max_tokens` when it sets no bound of its own (one
+    above the limit was refused when it was read)."""
+    bounds = (getattr(request, name, None) for name in ("max_tokens", "max_completion_tokens"))
+    if limit is not None and all(bound is None for bound in bounds):
+        request.max_tokens = limit
+
+
+async def begun_stream(stream: Any, served: GuardedRequest) -> AsyncGenerator[str, None]:
     """A stream starts once the grammars of its engine requests passed their checks (else it
     is closed unread and the check's error raised) and the engine took them."""
     try:
-        await engine.grammars_checked()
+        await served.grammars_checked()
     except BaseException:
         await stream.aclose()
         raise
-    return await begun(stream, engine.acceptances)
+    return await begun(stream, served.acceptances)
 
 
 def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:

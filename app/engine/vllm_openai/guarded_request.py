@@ -1,12 +1,18 @@
-"""The engine as vLLM's OpenAI serving classes see it while they serve one request: every
-engine request run through the request's guard (limits, observation, deadline), known by the
-request's admitted id (a drain aborts it), its grammar checked and its acceptance watched."""
+"""One OpenAI request while vLLM's serving classes serve it: every engine request they start
+for it runs through the request's guard (limits, observation, deadline), is known by the
+request's admitted id (a drain aborts it), has its grammar checked and its acceptance watched.
+
+vLLM's serving objects are built once per engine, on the engine itself
+(`AcceptingAsyncLLM`); the request they serve is bound to the context they run in
+(`serving`, `bound`), and the engine's `generate` runs through it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from vllm.sampling_params import RequestOutputKind
 
@@ -16,6 +22,17 @@ from app.engine.timeline import engine_timeline
 from app.engine.vllm_openai.acceptance import Acceptances
 from app.errors import InvalidRequestError, ServerError
 
+__all__ = [
+    "SERVED_REQUEST",
+    "EngineOutputs",
+    "EngineRequests",
+    "GuardedRequest",
+    "bound",
+    "serving",
+]
+
+T = TypeVar("T")
+
 EngineRequests = dict[str, set[str]]
 """Admitted request id -> the ids of the engine requests it runs, for aborting them."""
 EngineOutputs = Callable[..., AsyncIterator[Any]]
@@ -23,10 +40,10 @@ EngineOutputs = Callable[..., AsyncIterator[Any]]
 request admitted as `admitted_id` (`VllmEngine.outputs`: resumed on a replacement engine)."""
 
 
-class GuardedEngineClient:
-    """The engine as vLLM's serving classes see it while they serve one request: each
-    `generate` runs through the request's guard and is known by the request's admitted id,
-    so that a drain can abort it. Everything else is the engine's own."""
+class GuardedRequest:
+    """The OpenAI request vLLM's serving code serves: each engine request it asks for
+    (`generate`) runs through the request's guard and is known by the request's admitted id,
+    so that a drain can abort it."""
 
     def __init__(
         self,
@@ -45,9 +62,6 @@ class GuardedEngineClient:
         self.requested = asyncio.Event()
         """Set once vLLM's serving code asked for its first engine request."""
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._llm, name)
-
     @property
     def failure(self) -> ServerError | None:
         """Why the core ended one of the request's engine streams early, if it did."""
@@ -60,7 +74,7 @@ class GuardedEngineClient:
 
     def generate(
         self, prompt: Any, sampling_params: Any, request_id: str, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """The engine's stream through the guard. A stream the core ends (its deadline) ends
         quietly when it streams to the client: vLLM's stream generator would log it as a
         crash; the frontend reports `guard.failure` in the stream instead."""
@@ -79,7 +93,9 @@ class GuardedEngineClient:
                     del self._requests[admitted]
 
         if self._generate is None:
-            outputs = self._llm.generate(prompt, sampling_params, request_id, *args, **kwargs)
+            outputs = self._llm.engine_generate(
+                prompt, sampling_params, request_id, *args, **kwargs
+            )
         else:
             outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
         streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
@@ -92,6 +108,40 @@ class GuardedEngineClient:
         return self._guard.stream(
             outputs, ENGINE_OUTPUTS, quiet=streaming, on_start=remember, on_end=forget
         )
+
+
+SERVED_REQUEST: ContextVar[GuardedRequest | None] = ContextVar("served_request", default=None)
+"""The OpenAI request vLLM's serving code is serving in this context, if any."""
+
+
+@contextmanager
+def serving(request: GuardedRequest) -> Iterator[None]:
+    """Within this, the engine's `generate` is `request`'s (vLLM's serving code runs)."""
+    token = SERVED_REQUEST.set(request)
+    try:
+        yield
+    finally:
+        SERVED_REQUEST.reset(token)
+
+
+async def bound(
+    stream: AsyncGenerator[T, None], request: GuardedRequest
+) -> AsyncGenerator[T, None]:
+    """`stream` (vLLM's serving code's, read after it returned), each step of it run serving
+    `request`: an engine request it asks for only as it is read (the Responses API's) is
+    `request`'s too."""
+    try:
+        while True:
+            token = SERVED_REQUEST.set(request)
+            try:
+                item = await anext(stream)
+            except StopAsyncIteration:
+                return
+            finally:
+                SERVED_REQUEST.reset(token)
+            yield item
+    finally:
+        await stream.aclose()
 
 
 async def grammar_checked(

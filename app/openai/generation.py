@@ -9,7 +9,7 @@ import enum
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Mapping
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -17,7 +17,6 @@ from typing import Any, Final, Literal
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from app.core.guard import RequestGuard
 from app.core.limits import check_name
 from app.core.service import GenerationService
 from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
@@ -30,21 +29,14 @@ from app.openai.errors import error_event, error_frame
 from app.openai.limits import check_body, max_tokens_field
 from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
-from app.openai.serving import OpenAIServing, engine_openai_serving
+from app.openai.serving import engine_openai_serving
 from app.repository.registry import ModelRegistry
+from app.schemas.openai import OpenAIEndpoint
 from app.schemas.validation import check_unicode, may_hold_surrogates
 
 logger = logging.getLogger(__name__)
 
 DONE = "data: [DONE]\n\n"
-
-
-class Endpoint(enum.Enum):
-    """The generating routes, each valued by the body field that holds its prompt."""
-
-    COMPLETIONS = "prompt"
-    CHAT_COMPLETIONS = "messages"
-    RESPONSES = "input"
 
 
 class StreamStarts(enum.Enum):
@@ -68,7 +60,9 @@ class OpenAIContext:
     log: RequestLog | None
 
 
-async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: Endpoint) -> Response:
+async def respond(
+    context: OpenAIContext, registry: ModelRegistry, endpoint: OpenAIEndpoint
+) -> Response:
     """The JSON response, or the SSE stream once vLLM has checked the request; errors before
     that are answered with their status."""
     body = await read_body(context.request)
@@ -88,7 +82,7 @@ async def respond(context: OpenAIContext, registry: ModelRegistry, endpoint: End
 
 
 async def run(
-    context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: Endpoint
+    context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: OpenAIEndpoint
 ) -> Results:
     """The response's JSON (one item), or `STREAM_STARTS` and the frames, under the request's
     admission. Errors once a stream has started are a frame of their own before `data: [DONE]`
@@ -104,8 +98,8 @@ async def run(
             serving = engine_openai_serving(guard.engine)
             if serving is None:
                 raise ModelUnavailableError(f"Model '{target.model.name}' is not started")
-            result = await create(
-                serving, endpoint, body, guard, target.adapter, context.request.headers
+            result = await serving.create(
+                endpoint, body, guard=guard, adapter=target.adapter, headers=context.request.headers
             )
             if isinstance(result, dict):
                 response = result
@@ -128,31 +122,15 @@ async def run(
             raise
         logger.exception("stream failed after it started")
         yield failure_frame(endpoint, ServerError(f"Error generating stream: {exc}"), sent)
-    if streaming and endpoint is not Endpoint.RESPONSES:
+    if streaming and endpoint is not OpenAIEndpoint.RESPONSES:
         yield DONE
     elif response is not None:
         yield response
 
 
-def create(
-    serving: OpenAIServing,
-    endpoint: Endpoint,
-    body: dict[str, Any],
-    guard: RequestGuard,
-    adapter: str | None,
-    headers: Mapping[str, str],
-) -> Awaitable[dict[str, Any] | AsyncGenerator[str, None]]:
-    """The serving call of `endpoint`."""
-    if endpoint is Endpoint.COMPLETIONS:
-        return serving.create_completion(body, guard=guard, adapter=adapter, headers=headers)
-    if endpoint is Endpoint.RESPONSES:
-        return serving.create_response(body, guard=guard, adapter=adapter, headers=headers)
-    return serving.create_chat_completion(body, guard=guard, adapter=adapter, headers=headers)
-
-
-def failure_frame(endpoint: Endpoint, exc: ServerError, sent: int) -> str:
+def failure_frame(endpoint: OpenAIEndpoint, exc: ServerError, sent: int) -> str:
     """The frame of an error once `sent` frames of the stream went out."""
-    if endpoint is Endpoint.RESPONSES:
+    if endpoint is OpenAIEndpoint.RESPONSES:
         return error_event(exc, http_status(exc), sent)
     return error_frame(exc, http_status(exc))
 
