@@ -174,10 +174,10 @@ else
 endif
 
 # The results page's summary table and plots (docs/benchmarks/results.md) and the page of every
-# recorded run (docs/benchmarks/runs.md), from benchmarks/runs/ (bench/runs.py).
+# recorded run (docs/benchmarks/runs.md), from benchmarks/runs/ (bench/results_page.py).
 .PHONY: bench-report
 bench-report: $(VENV)/.bench-extra
-	$(PY) -m bench.runs
+	$(PY) -m bench.results_page
 
 # Container images (docs/deployment.md), built with podman where it is installed, else docker.
 # `make image`: the CPU image and its -with-model tag; `make image-gpu`: the CUDA image.

@@ -2,8 +2,8 @@
 docs/benchmarks/results.md (between its markers: the claim, the plots and one table), its
 plots (docs/benchmarks/*.png) and the page of every run (docs/benchmarks/runs.md).
 
-    python -m bench.runs           # writes what is out of date
-    python -m bench.runs --check   # exits 1 when any of it differs from the runs
+    python -m bench.results_page           # writes what is out of date
+    python -m bench.results_page --check   # exits 1 when any of it differs from the runs
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def write(root: Path = runs.RUNS, docs: Path = DOCS) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.runs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.results_page", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when anything is stale")
     args = parser.parse_args(argv)
     if args.check:
@@ -119,3 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     written = write()
     print("\n".join(f"wrote {path}" for path in written) or "everything was up to date")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

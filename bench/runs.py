@@ -6,15 +6,14 @@ bench/gpu/run.py or of `python -m bench.realistic`, `results.json` of `python -m
 run's `kind` says which: `gpu`, `cpu`, `gpu-workloads` / `cpu-workloads` (the realistic
 workloads) or `cpu-reliability` (`python -m bench --targets burst soak`).
 
-    python -m bench.runs           # (make bench-report) writes this page, and the summary
-                                   # and plots of docs/benchmarks/results.md (bench/results_page.py)
-    python -m bench.runs --check   # exits 1 when they differ from the runs
+    python -m bench.results_page           # (make bench-report) writes this page, and the
+                                           # summary and plots of docs/benchmarks/results.md
+    python -m bench.results_page --check   # exits 1 when they differ from the runs
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,9 +191,3 @@ def null_comparison(runs: list[RecordedRun]) -> str:
         f"{ours_met} of {ours_all} times, and `vllm serve` with 4 API processes (the same code as "
         f"with one for a lone request) {null_met} of {null_all} times.\n"
     )
-
-
-if __name__ == "__main__":
-    from bench.results_page import main
-
-    sys.exit(main())
