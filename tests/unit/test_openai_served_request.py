@@ -38,6 +38,7 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> AcceptingAsyncLLM:
     engine = AcceptingAsyncLLM.__new__(AcceptingAsyncLLM)
     engine.on_accepted = {}
     engine.started = []  # type: ignore[attr-defined]
+    engine.shutdown = lambda *args, **kwargs: None  # type: ignore[method-assign]
 
     async def generate(
         self: Any, prompt: Any, params: Any, request_id: str, **kwargs: Any
