@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.routing import PIN_HEADER
 from app.paths import PROJECT_ROOT
+from tests.support import processes
 from tests.support.servers import (
     EXPLICIT_CONTROL_ENV,
     MEASURING_REQUESTS,
@@ -91,8 +92,7 @@ def http(instances: RunningServer) -> Iterator[httpx.Client]:
 
 
 def engine_cores(server: RunningServer) -> list[psutil.Process]:
-    children = psutil.Process(server.process.pid).children(recursive=True)
-    return [p for p in children if "EngineCor" in p.name() and alive(p)]
+    return processes.engine_cores(server.process.pid)
 
 
 def alive(process: psutil.Process) -> bool:

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from app.paths import PROJECT_ROOT
+from tests.support import processes
 from tests.support.servers import (
     EXPLICIT_CONTROL_ENV,
     RunningServer,
@@ -169,8 +170,7 @@ def log_of(server: RunningServer) -> str:
 
 
 def engine_cores(server: RunningServer) -> list[psutil.Process]:
-    children = psutil.Process(server.process.pid).children(recursive=True)
-    return [process for process in children if "EngineCore" in process.name()]
+    return processes.engine_cores(server.process.pid)
 
 
 def test_a_model_loaded_from_uploaded_files_is_restarted_after_its_engine_dies(

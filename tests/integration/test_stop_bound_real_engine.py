@@ -10,6 +10,7 @@ import time
 
 import psutil
 
+from tests.support.processes import engine_cores
 from tests.support.servers import kill_tree, start_server
 from tests.support.waiting import wait_for
 
@@ -17,11 +18,6 @@ DRAIN_TIMEOUT_S = 2
 SHUTDOWN_GRACE_S = 5
 BOUND_S = DRAIN_TIMEOUT_S + 10
 """What the server promises: out within the drain timeout plus 10 s."""
-
-
-def engine_cores(pid: int) -> list[psutil.Process]:
-    children = psutil.Process(pid).children(recursive=True)
-    return [process for process in children if "EngineCore" in process.name()]
 
 
 def restarting_cores(pid: int, killed: psutil.Process) -> list[psutil.Process]:
