@@ -357,7 +357,10 @@ class ModelRegistry:
 
     async def _retire(self, served_versions: list[ServedModel], state: ModelState) -> None:
         """Stop supervising, drain (running requests finish, or are aborted after the drain
-        timeout) and stop the engines of these model versions."""
+        timeout) and stop the engines of these model versions; new requests are refused at
+        once."""
+        for served in served_versions:
+            served.state = state
         await self._supervision.stop(served_versions)
         await asyncio.gather(
             *(s.drain(state, self._options.drain_timeout) for s in served_versions)
@@ -366,9 +369,12 @@ class ModelRegistry:
 
     async def drain(self) -> None:
         """For a graceful shutdown: every model stops admitting, lets running requests
-        finish up to the drain timeout, then aborts the rest."""
+        finish up to the drain timeout, then aborts the rest. Readiness and every model refuse
+        new requests from the same moment, before anything is awaited."""
         self.draining = True
         served_versions = list(self)
+        for served in served_versions:
+            served.state = ModelState.DRAINING
         await self._supervision.stop(served_versions)
         await asyncio.gather(
             *(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions)

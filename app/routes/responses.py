@@ -45,13 +45,15 @@ class GenerationContext:
         return self.registry.get(name, version)
 
 
-def generation_context(
+async def generation_context(
     request: Request,
     registry: RegistryDep,
     generation: GenerationDep,
     log: RequestLogDep,
     settings: SettingsDep,
 ) -> GenerationContext:
+    """A coroutine, so that FastAPI builds it on the event loop (a plain function would be
+    run in its thread pool: a thread hop per request)."""
     return GenerationContext(request, registry, generation, log, settings.sse_ping_seconds)
 
 

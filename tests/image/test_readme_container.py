@@ -204,9 +204,12 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         f"(drain timeout {drain_timeout:g} s)"
     )
     report(f"SIGTERM: {figures}")
+    answered = f"{figures}; the new request's answer: {refused.text[:300]}"
+    if not (refused_while_streaming and refused.status_code == 503):
+        answered += f"\ncontainer log (last lines):\n{container.logs()[-4000:]}"
     assert refused_while_streaming, (
-        f"the stream ended before the new request was answered: {figures}"
+        f"the stream ended before the new request was answered: {answered}"
     )
-    assert readiness == 503 and refused.status_code == 503, figures
+    assert readiness == 503 and refused.status_code == 503, answered
     assert len(stream.events) == max_tokens and "error" not in stream.events[-1], figures
     assert exit_code == 0 and stopped_after < drain_timeout, figures

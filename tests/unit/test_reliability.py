@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from app.core.service import GenerationService
 from app.errors import ServerError
 from app.http.errors import http_status
 from app.repository.registry import LifecycleOptions, ModelRegistry
+from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
 from app.triton.inputs import body_inputs
 from app.triton.outputs import ResponseBuilder
@@ -152,6 +153,35 @@ async def test_drain_finishes_short_requests_and_aborts_long_ones(repository: Pa
     assert getattr(long_result, "status_code", None) == 503
     assert str(long_result) == "Request aborted: the server is shutting down"
     assert not model.in_flight
+    await registry.shutdown()
+
+
+async def test_a_drain_refuses_new_requests_before_the_supervisors_have_stopped(
+    repository: Path,
+) -> None:
+    """Readiness and admission turn together: a request that comes once readiness answers
+    503 is refused, however long the engines' supervisors take to stop."""
+    registry = ModelRegistry(repository, lambda spec: FakeEngine())
+    await registry.start()
+    model = registry.get("fake")
+    supervisors_stopped = asyncio.Event()
+    supervision = registry._supervision
+    stop_supervisors = supervision.stop
+
+    async def slow_stop(served_versions: Sequence[ServedModel]) -> None:
+        await supervisors_stopped.wait()
+        await stop_supervisors(served_versions)
+
+    supervision.stop = slow_stop  # type: ignore[method-assign]
+    drain = asyncio.create_task(registry.drain())
+    await asyncio.sleep(0)
+    assert registry.draining
+    with pytest.raises(ServerError, match="shutting down") as refused:
+        async with model.admit("late"):
+            pass
+    assert http_status(refused.value) == 503
+    supervisors_stopped.set()
+    await drain
     await registry.shutdown()
 
 
