@@ -26,7 +26,7 @@ from app.http.parsing import parsed
 from app.http.sse import EventStream
 from app.observability.access_log import RequestLog
 from app.openai.errors import error_event, error_frame
-from app.openai.limits import check_body, max_tokens_field
+from app.openai.limits import check_body
 from app.openai.models import Target, resolve
 from app.openai.routing import route_hint
 from app.openai.serving import engine_openai_serving
@@ -90,7 +90,7 @@ async def run(
     streaming, response, sent = False, None, 0
     try:
         limits = context.generation.limits
-        check_body(body, limits, max_tokens_field(body, endpoint.value))
+        check_body(body, limits, endpoint.max_tokens_field(body))
         route = route_hint(body.get(endpoint.value), target.adapter, context.request.headers)
         async with context.generation.admission(
             target.model, uuid.uuid4().hex, context.log, route

@@ -11,7 +11,7 @@ from typing import Any
 from app.core.limits import RequestLimits, check_count, check_sampling, count_prompts, integer
 from app.errors import InvalidRequestError
 
-__all__ = ["check_body", "max_tokens_field"]
+__all__ = ["check_body"]
 
 PROMPT_FIELD = "prompt"
 
@@ -22,16 +22,6 @@ def check_body(body: dict[str, Any], limits: RequestLimits, max_tokens: str) -> 
     check_best_of(body.get("best_of"))
     check_sampling(body, limits, max_tokens_field=max_tokens)
     check_count(PROMPT_FIELD, count_prompts(body.get(PROMPT_FIELD)), limits.max_prompts)
-
-
-def max_tokens_field(body: dict[str, Any], prompt_field: str) -> str:
-    """The field bounding the new tokens of a body whose prompt is in `prompt_field`: chat's
-    `max_completion_tokens` where it is set, the Responses API's `max_output_tokens`."""
-    if prompt_field == "input":
-        return "max_output_tokens"
-    if prompt_field == "messages" and body.get("max_completion_tokens") is not None:
-        return "max_completion_tokens"
-    return "max_tokens"
 
 
 def check_best_of(value: Any) -> None:

@@ -18,7 +18,7 @@ from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.vllm_openai.serving import Servers, VllmOpenAIServing
 from app.errors import InvalidRequestError
-from app.openai.limits import check_body, max_tokens_field
+from app.openai.limits import check_body
 from app.schemas.openai import OpenAIEndpoint
 from tests.support.probe import access_times, readiness_probe
 from tests.support.triton_grpc import GrpcApp
@@ -119,7 +119,7 @@ async def refusal_seconds(
 
 async def to_vllms_serving_code(endpoint: OpenAIEndpoint, body: dict[str, Any]) -> None:
     limits = RequestLimits(max_tokens=16, max_n=16)
-    check_body(body, limits, max_tokens_field(body, endpoint.value))
+    check_body(body, limits, endpoint.max_tokens_field(body))
     guard = RequestGuard("limits", limits)
     await VllmOpenAIServing.create(
         NotServed(),  # type: ignore[arg-type]

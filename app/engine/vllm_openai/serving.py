@@ -144,7 +144,7 @@ class VllmOpenAIServing:
             request = read_within_limits(CompletionRequest, body, guard, max_logprobs)
             create = self._servers.completion.create_completion
         else:
-            field = max_tokens_field(body)
+            field = endpoint.max_tokens_field(body)
             request = read_within_limits(ChatCompletionRequest, body, guard, max_logprobs, field)
             create = self._servers.chat.create_chat_completion
         default_max_tokens(request, guard.limits.max_tokens)
@@ -181,13 +181,6 @@ class VllmOpenAIServing:
         if isinstance(result, BaseModel):
             return dump(result)
         return result  # type: ignore[no-any-return]
-
-
-def max_tokens_field(body: dict[str, Any]) -> str:
-    """The field that bounds a chat completion's new tokens (`max_tokens` is deprecated)."""
-    return (
-        "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    )
 
 
 def default_max_tokens(request: Any, limit: int | None) -> None:
