@@ -95,7 +95,7 @@ class VllmEngine:
         self._processes: list[psutil.Process] = []
         self._tokenizer: Any = None
         self._openai: VllmOpenAIServing | None = None
-        self._openai_requests: EngineRequests = {}
+        self._engine_requests = EngineRequests()
         self._steps = StepCounter()
         self.handover: EngineHandover | None = None
         """Set by supervision: running requests resume on the replacement when this dies."""
@@ -130,7 +130,7 @@ class VllmEngine:
                 self._llm,
                 self._spec,
                 self._openai_options,
-                self._openai_requests,
+                self._engine_requests,
                 generate=self.outputs,
             )
         except ModelConfigError as exc:
@@ -246,14 +246,10 @@ class VllmEngine:
         return self._llm
 
     def track(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
-        self._openai_requests.setdefault(admitted_id, set()).update(engine_ids)
+        self._engine_requests.track(admitted_id, engine_ids)
 
     def untrack(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
-        known = self._openai_requests.get(admitted_id)
-        if known is not None:
-            known.difference_update(engine_ids)
-            if not known:
-                del self._openai_requests[admitted_id]
+        self._engine_requests.untrack(admitted_id, engine_ids)
 
     def outputs(
         self, admitted_id: str, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
@@ -309,7 +305,7 @@ class VllmEngine:
         """Abort the request, or every engine request that an OpenAI request admitted as
         `request_id` runs."""
         if self._llm is not None:
-            await self._llm.abort([request_id, *self._openai_requests.get(request_id, ())])
+            await self._llm.abort([request_id, *self._engine_requests.get(request_id, ())])
 
     @property
     def num_unfinished_requests(self) -> int:

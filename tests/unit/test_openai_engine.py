@@ -224,7 +224,7 @@ class Counts:
 
 async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitted_id() -> None:
     llm, counts = FakeLLM(), Counts()
-    requests: EngineRequests = {}
+    requests = EngineRequests()
     client = GuardedRequest(llm, RequestGuard("admitted", RequestLimits(), counts), requests)
     outputs = client.generate({"prompt": "x"}, SamplingParams(max_tokens=3), "cmpl-1-0")
     assert requests == {}  # known once it runs
@@ -237,7 +237,9 @@ async def test_engine_requests_run_through_the_guard_and_are_known_by_the_admitt
 async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestOutputKind) -> None:
     llm = FakeLLM(steps=100, delay=0.02)
     guard = RequestGuard("admitted", RequestLimits(), timeout_seconds=0.1)
-    outputs = GuardedRequest(llm, guard, {}).generate("x", SamplingParams(output_kind=kind), "r")
+    outputs = GuardedRequest(llm, guard, EngineRequests()).generate(
+        "x", SamplingParams(output_kind=kind), "r"
+    )
     if kind is RequestOutputKind.DELTA:  # streaming: ends quietly, the frontend reports it
         assert 1 <= len([o async for o in outputs]) < 100
     else:
@@ -248,7 +250,7 @@ async def test_a_stream_past_the_deadline_is_aborted_and_reported(kind: RequestO
 
 async def test_integers_the_engine_cannot_carry_are_refused_before_it_sees_them() -> None:
     llm = FakeLLM()
-    client = GuardedRequest(llm, RequestGuard("admitted", RequestLimits()), {})
+    client = GuardedRequest(llm, RequestGuard("admitted", RequestLimits()), EngineRequests())
     with pytest.raises(InvalidRequestError) as raised:
         client.generate("x", SamplingParams(top_k=10**30), "r")
     assert raised.value.param == "top_k" and llm.started == []
@@ -266,7 +268,7 @@ async def test_abort_reaches_the_engine_requests_of_an_admitted_request(
         aborted.append(ids)
 
     monkeypatch.setattr(engine, "_llm", SimpleNamespace(abort=abort))
-    engine._openai_requests["admitted"] = {"cmpl-x-0"}
+    engine._engine_requests["admitted"] = {"cmpl-x-0"}
     await engine.abort("admitted")
     await engine.abort("triton-id")
     assert aborted == [["admitted", "cmpl-x-0"], ["triton-id"]]
@@ -349,7 +351,7 @@ async def test_a_refused_grammar_never_reaches_the_engine(
         "app.engine.vllm_openai.guarded_request.grammar_check", lambda llm: RefusingCheck()
     )
     llm, guard = FakeLLM(), RequestGuard("admitted", RequestLimits())
-    client = GuardedRequest(llm, guard, {})
+    client = GuardedRequest(llm, guard, EngineRequests())
     outputs = client.generate(
         "x", SamplingParams(structured_outputs=JSON_GRAMMAR, output_kind=kind), "r"
     )
@@ -369,7 +371,9 @@ async def test_an_engine_error_on_a_grammar_is_the_clients_and_without_one_the_s
     monkeypatch.setattr(
         "app.engine.vllm_openai.guarded_request.grammar_check", lambda llm: PassingCheck()
     )
-    client = GuardedRequest(FailingLLM(), RequestGuard("admitted", RequestLimits()), {})
+    client = GuardedRequest(
+        FailingLLM(), RequestGuard("admitted", RequestLimits()), EngineRequests()
+    )
     outputs = client.generate("x", SamplingParams(structured_outputs=JSON_GRAMMAR), "r")
     with pytest.raises(InvalidRequestError) as raised:
         [o async for o in outputs]

@@ -23,7 +23,7 @@ from app.core.limits import RequestLimits
 from app.engine.vllm_openai import responses as openai_responses
 from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import ResponsesRequest
-from app.engine.vllm_openai.guarded_request import GuardedRequest
+from app.engine.vllm_openai.guarded_request import EngineRequests, GuardedRequest
 from app.engine.vllm_openai.responses import responses_begun, responses_request, responses_server
 from app.errors import InvalidRequestError, ModelNotFoundError, RequestTimeoutError
 from app.openai.limits import check_body
@@ -179,7 +179,7 @@ def names(frames: list[str]) -> list[str]:
 
 async def test_a_stream_begins_once_the_engine_took_its_request() -> None:
     llm, vllm = AcceptingLLM(), VllmStream()
-    engine = GuardedRequest(llm, guard(), {})
+    engine = GuardedRequest(llm, guard(), EngineRequests())
     stream = await responses_begun(vllm.events(engine), engine)
     assert llm.accepted == ["resp_1_0"]
     frames = [frame async for frame in stream]
@@ -199,7 +199,7 @@ async def test_a_stream_begins_once_the_engine_took_its_request() -> None:
 async def test_a_refused_request_is_raised_and_the_stream_closed_unread() -> None:
     refusal = InvalidRequestError("logit_bias: out of vocabulary", param="logit_bias")
     llm, vllm = AcceptingLLM(refusal=refusal), VllmStream()
-    engine = GuardedRequest(llm, guard(), {})
+    engine = GuardedRequest(llm, guard(), EngineRequests())
     with pytest.raises(InvalidRequestError) as raised:
         await responses_begun(vllm.events(engine), engine)
     assert raised.value is refusal and vllm.closed and llm.on_accepted == {}
@@ -216,7 +216,7 @@ async def test_a_refused_grammar_is_raised_before_the_engine_sees_it(
     vllm = VllmStream(
         SamplingParams(structured_outputs=grammar, output_kind=RequestOutputKind.DELTA)
     )
-    engine = GuardedRequest(llm, guard(), {})
+    engine = GuardedRequest(llm, guard(), EngineRequests())
     with pytest.raises(InvalidRequestError, match="broken"):
         await responses_begun(vllm.events(engine), engine)
     assert vllm.closed and llm.accepted == []
@@ -227,14 +227,14 @@ async def test_a_stream_without_an_engine_request_gives_what_it_has() -> None:
         yield Event(type="response.created")
         yield Event(type="response.failed")
 
-    engine = GuardedRequest(AcceptingLLM(), guard(), {})
+    engine = GuardedRequest(AcceptingLLM(), guard(), EngineRequests())
     stream = await responses_begun(two_events(), engine)  # type: ignore[arg-type]
     assert names([frame async for frame in stream]) == ["response.created", "response.failed"]
 
 
 async def test_a_response_the_deadline_ended_is_not_completed() -> None:
     llm, vllm = AcceptingLLM(steps=1000, delay=0.01), VllmStream()
-    engine = GuardedRequest(llm, guard(timeout=0.2), {})
+    engine = GuardedRequest(llm, guard(timeout=0.2), EngineRequests())
     frames = [frame async for frame in await responses_begun(vllm.events(engine), engine)]
     assert names(frames)[-1] == "response.output_text.delta"
     assert isinstance(engine.failure, RequestTimeoutError)

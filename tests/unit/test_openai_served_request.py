@@ -97,7 +97,7 @@ async def test_concurrent_requests_run_through_their_own_guards_on_one_serving_o
     llm: AcceptingAsyncLLM,
 ) -> None:
     server = ServingObject(llm)
-    api = openai_api(llm, {})
+    api = openai_api(llm, EngineRequests())
     guards = [RequestGuard(f"admitted-{i}", RequestLimits(), Counts()) for i in range(3)]
     answers = await asyncio.gather(
         *(
@@ -114,7 +114,7 @@ async def test_concurrent_requests_run_through_their_own_guards_on_one_serving_o
 async def test_an_engine_request_a_stream_asks_for_as_it_is_read_is_the_requests(
     llm: AcceptingAsyncLLM,
 ) -> None:
-    requests: EngineRequests = {}
+    requests = EngineRequests()
     guard = RequestGuard("admitted", RequestLimits(), Counts())
     stream = await openai_api(llm, requests)._serve(
         ServingObject(llm).create_responses, SimpleNamespace(name=1), guard, None, {}, as_is

@@ -9,7 +9,7 @@ vLLM's serving objects are built once per engine, on the engine itself
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -33,8 +33,22 @@ __all__ = [
 
 T = TypeVar("T")
 
-EngineRequests = dict[str, set[str]]
-"""Admitted request id -> the ids of the engine requests it runs, for aborting them."""
+
+class EngineRequests(dict[str, set[str]]):
+    """Admitted request id -> the ids of the engine requests it runs (an OpenAI request may
+    run several, a resumed request runs on under new ids), for aborting them with it."""
+
+    def track(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
+        self.setdefault(admitted_id, set()).update(engine_ids)
+
+    def untrack(self, admitted_id: str, engine_ids: Iterable[str]) -> None:
+        known = self.get(admitted_id)
+        if known is not None:
+            known.difference_update(engine_ids)
+            if not known:
+                del self[admitted_id]
+
+
 EngineOutputs = Callable[..., AsyncIterator[Any]]
 """`(admitted_id, prompt, sampling_params, request_id, **kwargs)`: `AsyncLLM.generate` for a
 request admitted as `admitted_id` (`VllmEngine.outputs`: resumed on a replacement engine)."""
@@ -80,18 +94,7 @@ class GuardedRequest:
         crash; the frontend reports `guard.failure` in the stream instead."""
         check_integers(sampling_params)
         self.requested.set()
-        admitted = self._guard.request_id
-
-        def remember() -> None:
-            self._requests.setdefault(admitted, set()).add(request_id)
-
-        def forget() -> None:
-            engine_ids = self._requests.get(admitted)
-            if engine_ids is not None:
-                engine_ids.discard(request_id)
-                if not engine_ids:
-                    del self._requests[admitted]
-
+        admitted, engine_ids = self._guard.request_id, (request_id,)
         if self._generate is None:
             outputs = self._llm.engine_generate(
                 prompt, sampling_params, request_id, *args, **kwargs
@@ -106,7 +109,11 @@ class GuardedRequest:
             self._grammar_checks.append(check)
             outputs = grammar_checked(check, outputs, sampling_params)
         return self._guard.stream(
-            outputs, ENGINE_OUTPUTS, quiet=streaming, on_start=remember, on_end=forget
+            outputs,
+            ENGINE_OUTPUTS,
+            quiet=streaming,
+            on_start=lambda: self._requests.track(admitted, engine_ids),
+            on_end=lambda: self._requests.untrack(admitted, engine_ids),
         )
 
 
