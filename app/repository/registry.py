@@ -256,7 +256,12 @@ class ModelRegistry:
         await stop_engines(list(failed.values()))
 
     async def _start(self, served: ServedModel) -> None:
+        """Start the version's engines and supervise them; a version that became ready while
+        the server drains admits nothing (the shutdown stops its engines)."""
         await start_engines(served)
+        if self.draining:
+            served.state = ModelState.DRAINING
+            return
         self._supervision.start(served)
 
     def _count_restart(self, served: ServedModel, cause: str) -> None:

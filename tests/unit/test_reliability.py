@@ -14,8 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.service import GenerationService
+from app.core.types import InferenceEngine
 from app.errors import ServerError
 from app.http.errors import http_status
+from app.repository.layout import ModelSpec
 from app.repository.registry import LifecycleOptions, ModelRegistry
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
@@ -182,6 +184,31 @@ async def test_a_drain_refuses_new_requests_before_the_supervisors_have_stopped(
     assert http_status(refused.value) == 503
     supervisors_stopped.set()
     await drain
+    await registry.shutdown()
+
+
+async def test_a_version_that_finishes_loading_during_a_drain_admits_nothing(
+    repository: Path,
+) -> None:
+    """A reload whose new engines become ready while the server drains: the new version
+    refuses requests too (the shutdown stops its engines), instead of serving unsupervised."""
+    engines: list[FakeEngine] = []
+
+    def factory(spec: ModelSpec) -> InferenceEngine:
+        engines.append(FakeEngine(start_delay=0.3 if engines else 0.0))
+        return engines[-1]
+
+    registry = ModelRegistry(repository, factory)
+    await registry.start()
+    reload = asyncio.create_task(registry.load("fake"))
+    await asyncio.sleep(0.05)
+    await registry.drain()
+    await reload
+    assert len(engines) == 2 and engines[1].started
+    with pytest.raises(ServerError, match="shutting down") as refused:
+        async with registry.get("fake").admit("late"):
+            pass
+    assert http_status(refused.value) == 503
     await registry.shutdown()
 
 
