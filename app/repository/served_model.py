@@ -304,7 +304,16 @@ class ServedModel:
         """Stop admitting; let running requests finish for `timeout` s, then abort the rest
         (each on the engine of its instance)."""
         self.state = state
+        running, began = len(self.in_flight), time.monotonic()
         if await self.wait_idle(timeout):
+            if running:
+                logger.info(
+                    "model '%s' version %s: drained, its %d running requests finished in %.1f s",
+                    self.name,
+                    self.version,
+                    running,
+                    time.monotonic() - began,
+                )
             return
         logger.warning(
             "model '%s' version %s: aborting %d requests still running after %.0f s",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -209,6 +211,29 @@ async def test_a_version_that_finishes_loading_during_a_drain_admits_nothing(
         async with registry.get("fake").admit("late"):
             pass
     assert http_status(refused.value) == 503
+    await registry.shutdown()
+
+
+async def test_a_drain_logs_when_its_running_requests_have_finished(
+    repository: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = ModelRegistry(repository, lambda spec: FakeEngine())
+    await registry.start()
+    model = registry.get("fake")
+
+    async def run() -> None:
+        async with model.admit("running"):
+            await asyncio.sleep(0.2)
+
+    running = asyncio.create_task(run())
+    await asyncio.sleep(0.05)
+    with caplog.at_level(logging.INFO, logger="app.repository.served_model"):
+        await registry.drain()
+    await running
+    assert re.search(
+        r"model 'fake' version 1: drained, its 1 running requests finished in \d+\.\d s",
+        caplog.text,
+    ), caplog.text
     await registry.shutdown()
 
 
