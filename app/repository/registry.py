@@ -256,8 +256,8 @@ class ModelRegistry:
         await stop_engines(list(failed.values()))
 
     async def _start(self, served: ServedModel) -> None:
-        """Start the version's engines and supervise them; a version that became ready while
-        the server drains admits nothing (the shutdown stops its engines)."""
+        """Start the version's engines and supervise them; once the server drains, it admits
+        nothing."""
         await start_engines(served)
         if self.draining:
             served.state = ModelState.DRAINING
@@ -361,29 +361,24 @@ class ModelRegistry:
                 self._on_unloaded(served.spec)
 
     async def _retire(self, served_versions: list[ServedModel], state: ModelState) -> None:
-        """Stop supervising, drain (running requests finish, or are aborted after the drain
-        timeout) and stop the engines of these model versions; new requests are refused at
-        once."""
-        for served in served_versions:
-            served.state = state
-        await self._supervision.stop(served_versions)
-        await asyncio.gather(
-            *(s.drain(state, self._options.drain_timeout) for s in served_versions)
-        )
+        """Drain these model versions, then stop their engines."""
+        await self._drain(served_versions, state)
         await stop_engines(served_versions)
 
     async def drain(self) -> None:
-        """For a graceful shutdown: every model stops admitting, lets running requests
-        finish up to the drain timeout, then aborts the rest. Readiness and every model refuse
-        new requests from the same moment, before anything is awaited."""
+        """For a graceful shutdown: readiness and every model refuse new requests at once;
+        running requests finish up to the drain timeout, the rest are aborted."""
         self.draining = True
-        served_versions = list(self)
+        await self._drain(list(self), ModelState.DRAINING)
+
+    async def _drain(self, served_versions: list[ServedModel], state: ModelState) -> None:
+        """Refuse new requests (before anything is awaited), stop supervising, let running
+        requests finish (aborted after the drain timeout)."""
         for served in served_versions:
-            served.state = ModelState.DRAINING
+            served.state = state
         await self._supervision.stop(served_versions)
-        await asyncio.gather(
-            *(s.drain(ModelState.DRAINING, self._options.drain_timeout) for s in served_versions)
-        )
+        timeout = self._options.drain_timeout
+        await asyncio.gather(*(served.drain(state, timeout) for served in served_versions))
 
     async def shutdown(self) -> None:
         """Stop every engine (one failing to stop does not keep the others running); remove
