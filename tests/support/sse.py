@@ -65,7 +65,8 @@ def stream_events(
 
 class StreamReader(threading.Thread):
     """One POST stream read on a thread as it arrives: its status and `data:` events; sets
-    `first_event` on the first and records when the stream ended (`ended_at`)."""
+    `first_event` on the first and records when each event arrived (`arrivals`) and when the
+    stream ended (`ended_at`)."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class StreamReader(threading.Thread):
         self.url, self.body, self.headers = base_url + path, body, headers or {}
         self.status = 0
         self.events: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []
         self.first_event = threading.Event()
         self.ended_at = 0.0
 
@@ -90,6 +92,7 @@ class StreamReader(threading.Thread):
                 for line in response.iter_lines():
                     if line.startswith("data: "):
                         self.events.append(json.loads(line.removeprefix("data: ")))
+                        self.arrivals.append(time.monotonic())
                         self.first_event.set()
         finally:
             self.ended_at = time.monotonic()
