@@ -224,10 +224,11 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         refused_while_streaming = stream.is_alive()
         stream.join(120)
         moments["stream ended"] = stream.ended_at - signalled
+        waited = run(TOOL, "wait", container.name, timeout=drain_timeout + 60)
+        exit_code = int(waited.stdout.strip())
+        stopped_after = moments[f"container exited {exit_code}"] = time.monotonic() - signalled
         fresh_answer, fresh_at = fresh.result()
         moments[f"readiness on a new connection answered {fresh_answer}"] = fresh_at
-    exit_code = int(run(TOOL, "wait", container.name, timeout=drain_timeout + 60).stdout.strip())
-    stopped_after = moments[f"container exited {exit_code}"] = time.monotonic() - signalled
     timeline = ", ".join(
         f"{name} at {at:.1f} s" for name, at in sorted(moments.items(), key=lambda m: m[1])
     )
