@@ -302,8 +302,8 @@ class VllmEngine:
         return self._openai
 
     async def abort(self, request_id: str) -> None:
-        """Abort the request, or every engine request that an OpenAI request admitted as
-        `request_id` runs."""
+        """Abort the request, and every engine request that the request admitted as
+        `request_id` runs (an OpenAI request's, or a resumed request's on this engine)."""
         if self._llm is not None:
             await self._llm.abort([request_id, *self._engine_requests.get(request_id, ())])
 
