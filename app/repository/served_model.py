@@ -104,7 +104,8 @@ class ServedModel:
         self.router = InstanceRouter(spec.routing)
         self.in_flight: dict[str, bool] = {}
         """Admitted request ids -> whether the server aborted them."""
-        self._placed: dict[str, InstanceSlot] = {}
+        self._slot_of_request: dict[str, InstanceSlot] = {}
+        """Admitted request ids -> the instance that runs each (a drain aborts it there)."""
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -280,7 +281,7 @@ class ServedModel:
     @asynccontextmanager
     async def _in_flight(self, request_id: str, slot: InstanceSlot) -> AsyncIterator[None]:
         self.in_flight[request_id] = False
-        self._placed[request_id] = slot
+        self._slot_of_request[request_id] = slot
         self._idle.clear()
         try:
             yield
@@ -288,7 +289,7 @@ class ServedModel:
                 raise ModelUnavailableError(SHUTDOWN_MESSAGE)
         finally:
             del self.in_flight[request_id]
-            self._placed.pop(request_id, None)
+            self._slot_of_request.pop(request_id, None)
             if not self.in_flight:
                 self._idle.set()
 
@@ -324,7 +325,7 @@ class ServedModel:
         )
         for request_id in list(self.in_flight):
             self.in_flight[request_id] = True
-            slot = self._placed.get(request_id)
+            slot = self._slot_of_request.get(request_id)
             if slot is not None:
                 await slot.engine.abort(request_id)
         await self.wait_idle(ABORT_GRACE_SECONDS)
