@@ -67,8 +67,11 @@ class RepositoryPoller:
             await cancel_and_wait(task)
 
     async def _run(self) -> None:
+        """Poll every interval until the server drains (Triton's polling ends with its exit)."""
         while True:
             await asyncio.sleep(self._interval)
+            if self._registry.draining:
+                return
             try:
                 await self.poll()
             except Exception:

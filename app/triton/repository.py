@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from app.errors import ModelConfigError, ModelControlDisabledError, ModelLoadError, ServerError
+from app.errors import (
+    ModelConfigError,
+    ModelControlDisabledError,
+    ModelLoadError,
+    ModelUnavailableError,
+    ServerError,
+)
 from app.observability.statistics import InferenceStatistics
 from app.paths import PROJECT_ROOT
 from app.repository.overrides import ModelOverride
@@ -14,8 +20,14 @@ from app.security.redaction import client_message
 logger = logging.getLogger(__name__)
 
 
+DRAINING_MESSAGE = "Server is shutting down: no model is loaded or unloaded"
+
+
 def check_control_requests(registry: ModelRegistry) -> None:
-    """Load and unload requests are taken in Triton's explicit mode only, as Triton does."""
+    """Load and unload requests are taken in Triton's explicit mode only, and not once the
+    server drains (Triton answers both as unavailable: no engine starts during a stop)."""
+    if registry.draining:
+        raise ModelUnavailableError(DRAINING_MESSAGE)
     if not registry.takes_control_requests:
         raise ModelControlDisabledError()
 
