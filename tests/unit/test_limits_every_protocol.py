@@ -1,8 +1,9 @@
 """One table of over-limit values, each sent on every protocol that generates: Triton's
 generate and generate_stream (SSE), Triton gRPC's stream (streaming or not), and OpenAI's
 completions and chat completions (streaming or not). Each is refused before admission
-(400; on the gRPC stream, an error message in the stream), names the same field, and gives the same reason: the limits are
-one table (app/core/limits.py) read once per request, whatever the protocol.
+(400; on the gRPC stream, an error message in the stream), names the same field, and gives
+the same reason: the limits are one table (app/core/limits.py) read once per request,
+whatever the protocol.
 
 How fast each refusal is, and that a probe keeps answering meanwhile, is in
 test_request_limits.py and test_openai_request_limits.py."""
