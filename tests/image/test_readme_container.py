@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -169,15 +168,6 @@ container's measured time per token: hosts differ ~20x in speed."""
 READY = "/v2/health/ready"
 
 
-def answered_after(url: str, since: float) -> tuple[int | str, float]:
-    """GET `url` on a connection of its own: its status (or error) and when, from `since`."""
-    try:
-        answer: int | str = httpx.get(url, timeout=30).status_code
-    except httpx.HTTPError as error:
-        answer = type(error).__name__
-    return answer, time.monotonic() - since
-
-
 def longest_pause(arrivals: list[float], since: float) -> str:
     """The longest wait between two of a stream's events after `since`, as a figure."""
     after = [at - since for at in arrivals if at >= since]
@@ -191,9 +181,10 @@ def longest_pause(arrivals: list[float], since: float) -> str:
 def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     readme_container: Started,
 ) -> None:
-    """Readiness and a new request are asked over a connection opened before the signal, so
-    that the server's answers are what is checked, not how soon the host's container
-    networking connects; a readiness asked on a new connection is timed and reported."""
+    """Readiness and a new request are asked over a connection opened before the stream, and
+    no connection is opened while it runs: on some hosts a new connection to a published
+    port stalls the container's network path, the running stream's connection too, for
+    seconds (up to the stream's end in CI), while probes inside the container never wait."""
     container = readme_container.container
     state = container.inspect()
     env = dict(item.split("=", 1) for item in state["Config"]["Env"])
@@ -205,17 +196,13 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         "parameters": {"max_tokens": max_tokens, "ignore_eos": True},
     }
     stream = StreamReader(readme_container.http, body)
-    with (
-        httpx.Client(base_url=readme_container.http, timeout=30) as kept,
-        ThreadPoolExecutor(1) as pool,
-    ):
+    with httpx.Client(base_url=readme_container.http, timeout=30) as kept:
         assert kept.get(READY).status_code == 200
         stream.start()
         assert stream.first_event.wait(60), "the stream never started"
         signalled = time.monotonic()
         sent = container.send_signal(signal.SIGTERM, state)
         moments = {f"SIGTERM sent {sent}": 0.0}
-        fresh = pool.submit(answered_after, readme_container.http + READY, signalled)
         wait_for(lambda: kept.get(READY).status_code != 200, 10, interval=0.1)
         readiness = kept.get(READY).status_code
         moments[f"readiness answered {readiness}"] = time.monotonic() - signalled
@@ -227,8 +214,6 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
         waited = run(TOOL, "wait", container.name, timeout=drain_timeout + 60)
         exit_code = int(waited.stdout.strip())
         stopped_after = moments[f"container exited {exit_code}"] = time.monotonic() - signalled
-        fresh_answer, fresh_at = fresh.result()
-        moments[f"readiness on a new connection answered {fresh_answer}"] = fresh_at
     timeline = ", ".join(
         f"{name} at {at:.1f} s" for name, at in sorted(moments.items(), key=lambda m: m[1])
     )
