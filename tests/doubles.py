@@ -98,6 +98,8 @@ class FakeEngine:
         self.unanswered_pings = 0
         self.handover: Any = None
         """Set by supervision (the double's requests do not resume: they end with the error)."""
+        self.start_gate: threading.Event | None = None
+        """When set to an event, `start` ends only once the event is set (by a test's thread)."""
         if openai:
             self.openai_serving = FakeOpenAIServing(self)
 
@@ -118,6 +120,9 @@ class FakeEngine:
 
     async def start(self) -> None:
         await asyncio.sleep(self._start_delay)
+        # a thread's event, polled: waiting for it in a worker thread would outlive a cancel
+        while self.start_gate is not None and not self.start_gate.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         if self._start_error is not None:
             raise self._start_error
         self.started = True

@@ -36,12 +36,18 @@ T = TypeVar("T")
 class EngineSeries:
     """An engine factory that makes a new `FakeEngine` each time, keeping them all."""
 
-    def __init__(self, **engine_options: Any) -> None:
+    def __init__(
+        self, replacements_wait_for: threading.Event | None = None, **engine_options: Any
+    ) -> None:
         self.engines: list[FakeEngine] = []
         self.options = engine_options
+        self.replacements_wait_for = replacements_wait_for
+        """The engines after the first start once this is set (where it is given)."""
 
     def __call__(self, spec: object) -> FakeEngine:
         engine = FakeEngine(**self.options)
+        if self.engines:
+            engine.start_gate = self.replacements_wait_for
         self.engines.append(engine)
         return engine
 
@@ -99,17 +105,22 @@ def test_a_dead_engine_is_replaced_and_serves_again(
 def test_while_restarting_requests_get_the_backends_unhealthy_error(
     supervised: Callable[..., tuple[TestClient, EngineSeries]],
 ) -> None:
-    client, series = supervised(EngineSeries(start_delay=0.5))
+    """The replacement starts only once the checks are done, however slow the host."""
+    replacement_may_start = threading.Event()
+    client, series = supervised(EngineSeries(replacements_wait_for=replacement_may_start))
     series.engines[0].healthy = False
-    assert wait_for(lambda: len(series.engines) == 2)
-    assert registry_of(client).get("fake").state is ModelState.RESTARTING
-    for route in ("generate", "generate_stream"):
-        response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
-        assert response.status_code == 503 and response.json() == UNHEALTHY
-    assert client.get("/v2/health/ready").status_code == 503
-    assert client.get("/v2/health/live").status_code == 200
-    (entry,) = client.post("/v2/repository/index").json()
-    assert entry["state"] == "UNAVAILABLE" and "restarting" in entry["reason"]
+    try:
+        assert wait_for(lambda: len(series.engines) == 2)
+        assert registry_of(client).get("fake").state is ModelState.RESTARTING
+        for route in ("generate", "generate_stream"):
+            response = client.post(f"/v2/models/fake/{route}", json={"text_input": "x"})
+            assert response.status_code == 503 and response.json() == UNHEALTHY
+        assert client.get("/v2/health/ready").status_code == 503
+        assert client.get("/v2/health/live").status_code == 200
+        (entry,) = client.post("/v2/repository/index").json()
+        assert entry["state"] == "UNAVAILABLE" and "restarting" in entry["reason"]
+    finally:
+        replacement_may_start.set()
     assert wait_for(lambda: client.get("/v2/health/ready").status_code == 200)
 
 
