@@ -13,6 +13,14 @@ from pydantic_settings import BaseSettings, NoDecode
 from app.paths import PROJECT_ROOT
 from app.settings_limits import LimitFields
 
+StringList = Annotated[list[str], NoDecode]
+"""A list setting read as text, not JSON (`Settings` splits it at its separator)."""
+
+
+def string_list(description: str) -> list[str]:
+    """An empty-by-default list setting."""
+    return Field(default_factory=list, description=description)
+
 
 class SettingsFields(LimitFields, BaseSettings):
     """The settings, each with what it means; how they are read and checked: `Settings`."""
@@ -92,9 +100,8 @@ class SettingsFields(LimitFields, BaseSettings):
         description="Readiness needs every model ready (Triton's --strict-readiness); false: "
         "ready once the server answers.",
     )
-    backend_config: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Triton's --backend-config=<backend>,<setting>=<value>: "
+    backend_config: StringList = string_list(
+        "Triton's --backend-config=<backend>,<setting>=<value>: "
         "accepted for launch-line "
         "compatibility; no backend setting changes this server (each is logged at start).",
     )
@@ -119,18 +126,16 @@ class SettingsFields(LimitFields, BaseSettings):
     allow_cpu_metrics: bool = Field(
         True, description="Report CPU gauges (Triton's --allow-cpu-metrics)."
     )
-    metrics_config: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Triton's --metrics-config=<setting>=<value> (e.g. summary_latencies=true).",
+    metrics_config: StringList = string_list(
+        "Triton's --metrics-config=<setting>=<value> (e.g. summary_latencies=true).",
     )
     metrics_interval_ms: float = Field(
         2000,
         gt=0,
         description="How often GPU and CPU gauges are sampled (Triton's --metrics-interval-ms).",
     )
-    trace_config: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Triton's --trace-config=[<mode>,]<setting>=<value> (e.g. mode=opentelemetry, "
+    trace_config: StringList = string_list(
+        "Triton's --trace-config=[<mode>,]<setting>=<value> (e.g. mode=opentelemetry, "
         "opentelemetry,url=http://collector:4318/v1/traces).",
     )
     log_format: Literal["default", "ISO8601", "text", "json"] = Field(
@@ -142,17 +147,13 @@ class SettingsFields(LimitFields, BaseSettings):
     )
     log_prompts: bool = Field(False, description="Include prompt text in access logs.")
     sse_ping_seconds: int = Field(15, ge=1, description="Interval of SSE keep-alive comments.")
-    api_keys: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Bearer keys; empty means no authentication."
-    )
-    http_restricted_api: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Triton's restricted API groups on HTTP: '<groups>:<header>=<value>' (several "
+    api_keys: StringList = string_list("Bearer keys; empty means no authentication.")
+    http_restricted_api: StringList = string_list(
+        "Triton's restricted API groups on HTTP: '<groups>:<header>=<value>' (several "
         "separated by ';'); a request to a group without the header is refused 403.",
     )
-    grpc_restricted_protocol: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Triton's restricted protocol groups on gRPC: '<groups>:<key>=<value>' "
+    grpc_restricted_protocol: StringList = string_list(
+        "Triton's restricted protocol groups on gRPC: '<groups>:<key>=<value>' "
         "(several separated by ';'); calls need the metadata "
         "'triton-grpc-protocol-<key>: <value>'.",
     )
@@ -188,9 +189,8 @@ class SettingsFields(LimitFields, BaseSettings):
         description="PEM CA certificates: when set, "
         "HTTP clients must present a certificate signed by one.",
     )
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Names of this server that a browser may reach it by (comma-separated; "
+    allowed_hosts: StringList = string_list(
+        "Names of this server that a browser may reach it by (comma-separated; "
         "'.example.com' takes its subdomains too, '*' any name), beside IP addresses, "
         "localhost and the host's own name. Browser requests to another Host are refused 403 "
         "(DNS rebinding); other clients are not affected.",
@@ -259,9 +259,8 @@ class SettingsFields(LimitFields, BaseSettings):
     )
     auth_open_health: bool = Field(True, description="Health routes answer without a key.")
     auth_open_metrics: bool = Field(True, description="/metrics answers without a key.")
-    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Web origins allowed to call the API from a browser (comma-separated).",
+    cors_allow_origins: StringList = string_list(
+        "Web origins allowed to call the API from a browser (comma-separated).",
     )
     vllm_allow_runtime_lora_updating: bool = Field(
         False,
