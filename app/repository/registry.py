@@ -378,7 +378,7 @@ class ModelRegistry:
             served.state = state
         await self._supervision.stop(served_versions)
         timeout = self._options.drain_timeout
-        await asyncio.gather(*(served.drain(state, timeout) for served in served_versions))
+        await asyncio.gather(*(served.drain(timeout) for served in served_versions))
 
     async def shutdown(self) -> None:
         """Stop every engine (one failing to stop does not keep the others running); remove

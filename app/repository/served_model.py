@@ -301,10 +301,9 @@ class ServedModel:
             return False
         return True
 
-    async def drain(self, state: ModelState, timeout: float) -> None:
-        """Stop admitting; let running requests finish for `timeout` s, then abort the rest
-        (each on the engine of its instance)."""
-        self.state = state
+    async def drain(self, timeout: float) -> None:
+        """Let running requests finish for `timeout` s, then abort the rest (each on the engine
+        of its instance); new requests are refused by the state the caller set first."""
         running, began = len(self.in_flight), time.monotonic()
         if await self.wait_idle(timeout):
             if running:
