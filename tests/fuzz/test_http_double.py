@@ -34,6 +34,7 @@ from tests.fuzz.families import FAMILIES
 from tests.fuzz.mixing import RESPONSES
 from tests.fuzz.report import EXAMPLES, REPORT, SLOW_SECONDS, requests_left
 from tests.fuzz.responses_bodies import OVER_LIMIT, stored_responses
+from tests.fuzz.strategies import misfit_or_fitting
 from tests.support.probe import readiness_probe
 from tests.support.repository import write_model
 from tests.support.waiting import wait_until
@@ -109,13 +110,18 @@ def case_strategy(api_operation: Any) -> st.SearchStrategy[Any]:
     named = {name: value for name, value in PINNED.items() if name in api_operation.path}
     if api_operation.path.startswith("/v2/repository/"):
         named = {}  # a model loaded or unloaded would change every later phase
-    strategies = [
-        api_operation.as_strategy(
-            generation_mode=mode, **({"path_parameters": named} if pinned else {})
-        )
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-        for pinned in (bool(named), False)
+    path_options = [{"path_parameters": named} if pinned else {} for pinned in (bool(named), False)]
+    fitting = [
+        api_operation.as_strategy(generation_mode=GenerationMode.POSITIVE, **placement)
+        for placement in path_options
     ]
+    misfits = [
+        misfit_or_fitting(
+            api_operation.as_strategy(generation_mode=GenerationMode.NEGATIVE, **placement), fit
+        )
+        for placement, fit in zip(path_options, fitting, strict=True)
+    ]
+    strategies = fitting + misfits
     return st.tuples(st.one_of(strategies), st.booleans()).map(name_the_model)
 
 
@@ -126,13 +132,15 @@ def name_the_model(drawn: tuple[Any, bool]) -> Any:
     return case
 
 
-def asked_for_a_timeout(body: Any) -> bool:
-    """The body sets Triton's `timeout` parameter (in `parameters` or at its top level)."""
-    if not isinstance(body, dict):
-        return False
+def asked_for_a_timeout(case: Any) -> bool:
+    """The case sets Triton's `timeout` parameter (in the body's `parameters` or at its top
+    level, or in the query of an `EventSource` GET)."""
+    body = case.body if isinstance(case.body, dict) else {}
     parameters = body.get("parameters")
-    return bool(body.get("timeout")) or (
-        isinstance(parameters, dict) and bool(parameters.get("timeout"))
+    return (
+        bool(body.get("timeout"))
+        or (isinstance(parameters, dict) and bool(parameters.get("timeout")))
+        or bool((case.query or {}).get("timeout"))
     )
 
 
@@ -157,7 +165,7 @@ def test_operation(operation: str, schema: Any, served: str, fuzz_report: None) 
         status = response.status_code
         if status == DOCUMENTED.get(operation):
             status = f"{status} (Triton's)"
-        elif status == CLIENT_DEADLINE_STATUS and asked_for_a_timeout(case.body):
+        elif status == CLIENT_DEADLINE_STATUS and asked_for_a_timeout(case):
             status = f"{status} (the request's own timeout)"
         REPORT.record(f"HTTP {operation}", status, time.perf_counter() - started)
         assert error_shape_holds(path, response), (response.status_code, response.text[:300])

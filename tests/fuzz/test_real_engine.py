@@ -41,6 +41,7 @@ from tests.fuzz.grpc_requests import Draw, model_infer_requests
 from tests.fuzz.mixing import RESPONSES
 from tests.fuzz.report import ENGINE_SLOW_SECONDS, EXAMPLES, REPORT, SLOW_SECONDS, requests_left
 from tests.fuzz.responses_bodies import OVER_LIMIT, stored_responses
+from tests.fuzz.strategies import misfit_or_fitting
 from tests.support.probe import readiness_probe
 from tests.support.servers import RunningServer, tracebacks_of_ours
 from tests.support.waiting import wait_until
@@ -136,12 +137,11 @@ def test_schemathesis(
     named = {"model_name": MODEL} if "{model_name}" in path else {}
     # The modes by value: GenerationMode is a StrEnum (Python 3.11), so mypy, which checks for
     # Python 3.10, takes its members for plain strings
-    cases = st.one_of(
-        [
-            operation.as_strategy(generation_mode=mode, path_parameters=named)
-            for mode in map(GenerationMode, ("positive", "negative"))
-        ]
+    fitting, misfit = (
+        operation.as_strategy(generation_mode=mode, path_parameters=named)
+        for mode in map(GenerationMode, ("positive", "negative"))
     )
+    cases = st.one_of(fitting, misfit_or_fitting(misfit, fitting))
     session = requests.Session()
 
     @given(case=cases)
