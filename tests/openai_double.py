@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.core.chunks import merge_chunks
 from app.core.guard import OutputReading, RequestGuard, chunk_timeline, chunk_token_counts
 from app.core.types import GenerationChunk, ValidRequest
+from app.engine.sampling import to_sampling_params
 from app.errors import InvalidRequestError, ModelNotFoundError, ServerError
 from app.schemas.openai import OpenAIEndpoint
 
@@ -118,6 +119,7 @@ class FakeOpenAIServing:
             request.n, request.max_tokens if "max_tokens" in request.model_fields_set else None
         )
         sampling = {"max_tokens": request.max_tokens, "n": request.n, "stop": request.stop}
+        to_sampling_params(sampling, request.stream)  # refused before a stream, as vLLM does
         generation = ValidRequest(guard.request_id, prompt, sampling, stream=request.stream)
         chunks = guard.stream(self.engine.generate(generation), CHUNK_OUTPUTS)
         name = adapter or request.model or "fake"
