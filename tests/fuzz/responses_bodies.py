@@ -75,6 +75,10 @@ CONTENT_PARTS = st.one_of(
     st.just({"type": "input_file", "file_data": "eA=="}),
     st.just({"type": "x"}),
 )
+OUTPUT_PARTS = [
+    {"type": "output_text", "text": "Paris.", "annotations": []},
+    {"type": "refusal", "refusal": "I cannot help with that."},
+]
 ITEMS = st.one_of(
     st.fixed_dictionaries(
         {
@@ -86,8 +90,19 @@ ITEMS = st.one_of(
         lambda text: {"type": "function_call_output", "call_id": "c", "output": text}, PROMPTS
     ),
     st.just({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}),
+    st.builds(
+        lambda parts: {
+            "type": "message",
+            "role": "assistant",
+            "id": "m",
+            "status": "completed",
+            "content": parts,
+        },
+        st.lists(st.sampled_from(OUTPUT_PARTS), max_size=2),
+    ),
 )
-"""Input items: messages (text or content parts), tool calls and their outputs."""
+"""Input items: messages (text or content parts), tool calls and their outputs, earlier
+answers (an assistant's output message, whose parts may be a refusal or none)."""
 EDGE_FORMATS = st.one_of(
     st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "other"])}),
     st.fixed_dictionaries(

@@ -135,6 +135,58 @@ def test_hostile_values_are_4xx_and_leave_no_engine_request(
     assert httpx.get(f"{server.base_url}/v2/health/ready").status_code == 200
 
 
+def earlier_answer(*parts: dict[str, Any]) -> dict[str, Any]:
+    """An assistant's output message of an earlier response, given back as input."""
+    return {
+        "type": "message",
+        "role": "assistant",
+        "id": "m",
+        "status": "completed",
+        "content": parts,
+    }
+
+
+ANSWER = {"type": "output_text", "text": "Paris.", "annotations": []}
+REFUSAL = {"type": "refusal", "refusal": "I cannot help with that."}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    "parts", [(REFUSAL,), (REFUSAL, ANSWER), ()], ids=["refusal", "refusal-first", "empty"]
+)
+def test_an_earlier_answer_that_does_not_begin_with_text_is_a_400_naming_it(
+    server: RunningServer, parts: tuple[dict[str, Any], ...], stream: bool
+) -> None:
+    """vLLM renders an assistant message of the input as its first part's text: without one
+    (a refusal first, or no part) its rendering failed with a 500 (found by the fuzz tier)."""
+    conversation = [
+        {"role": "user", "content": QUESTION},
+        earlier_answer(*parts),
+        {"role": "user", "content": "Why?"},
+    ]
+    body = {"model": MODEL, "input": conversation, "max_output_tokens": 4, "stream": stream}
+    response = httpx.post(f"{server.base_url}/v1/responses", json=body, timeout=60)
+    error = openai_error(response, 400)
+    assert error["param"] == "input[1].content", error
+    assert "output_text" in error["message"], error
+    assert wait_engine_idle(server.base_url, timeout=3)
+
+
+def test_an_earlier_answer_given_back_as_input_is_read(server: RunningServer) -> None:
+    """The conversation goes on from an answer that begins with text."""
+    conversation = [
+        {"role": "user", "content": QUESTION},
+        earlier_answer(ANSWER),
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    body = {"model": MODEL, "input": conversation, "max_output_tokens": 8, "temperature": 0}
+    response = httpx.post(f"{server.base_url}/v1/responses", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["status"] in ("completed", "incomplete"), answer
+    assert answer["output"][-1]["content"][0]["text"], answer
+
+
 LONG = {"model": MODEL, "input": "Tell me a story", "max_output_tokens": 1500, "ignore_eos": True}
 
 

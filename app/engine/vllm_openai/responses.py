@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from openai.types.responses import ResponseOutputMessage
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
@@ -20,7 +21,7 @@ from app.engine.vllm_openai.compat import (
 )
 from app.engine.vllm_openai.guarded_request import GuardedRequest
 from app.engine.vllm_openai.limits import read_within_limits
-from app.errors import ModelNotFoundError
+from app.errors import InvalidRequestError, ModelNotFoundError
 
 MAX_OUTPUT_TOKENS = "max_output_tokens"
 """The Responses API's name for `max_tokens`."""
@@ -49,10 +50,26 @@ def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: i
             "this server does not store responses (`store` is always false)",
             param="previous_response_id",
         )
+    check_assistant_messages(request.input)
     limit = guard.limits.max_tokens
     if limit is not None and request.max_output_tokens is None:
         request.max_output_tokens = limit  # one above the limit was refused as it was read
     return request
+
+
+def check_assistant_messages(items: str | list[Any]) -> None:
+    """Refuse, naming the field, an assistant message of the input whose content does not
+    begin with text: vLLM renders such a message as its first part's `text`, and an empty
+    `content` or a `refusal` part first would fail there as a server error."""
+    for index, item in enumerate(() if isinstance(items, str) else items):
+        if isinstance(item, ResponseOutputMessage) and not (
+            item.content and item.content[0].type == "output_text"
+        ):
+            raise InvalidRequestError(
+                f"input[{index}].content: an assistant message given as input must begin with "
+                "an output_text part (its text is what the model reads)",
+                param=f"input[{index}].content",
+            )
 
 
 def response_json(response: BaseModel) -> dict[str, Any]:
