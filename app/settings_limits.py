@@ -30,7 +30,10 @@ class LimitFields(BaseSettings):
         "progress); a body that would take it further is refused 503 with Retry-After.",
     )
     max_tokens_limit: int | None = Field(
-        None, ge=1, description="Largest max_tokens a request may ask."
+        None,
+        ge=1,
+        description="Largest max_tokens a request may ask; one that sets none asks vLLM's "
+        "default within it.",
     )
     max_n: int = Field(16, ge=1, description="Largest n a request may ask.")
     max_stop: int = Field(64, ge=0, description="Stop strings and bad words one request may give.")

@@ -163,6 +163,14 @@ def check_limits(values: dict[str, tuple[int | None, int | None]]) -> None:
             )
 
 
+def unset_max_tokens(engine_default: int | None, limit: int | None) -> int | None:
+    """The new tokens a request that sets no bound asks: the engine's default for it within
+    the server's limit (the limit where the engine has none, to stop short of the context)."""
+    if limit is None:
+        return engine_default
+    return limit if engine_default is None else min(engine_default, limit)
+
+
 def check_count(field: str, count: int, limit: int | None, what: str = "items") -> None:
     """Refuse a list of more than `limit` entries."""
     if limit is not None and count > limit:

@@ -12,6 +12,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT64_MAX = 2**64 - 1
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 StructuredOutputs = dict[str, Any] | StrictStr
+ENGINE_MAX_TOKENS = 16
+"""vLLM's `SamplingParams` default: the new tokens a request that sets none asks."""
 
 
 class SamplingParameters(BaseModel):
@@ -42,7 +44,11 @@ class SamplingParameters(BaseModel):
         "with a 504 once it runs longer (REQUEST_TIMEOUT_SECONDS bounds it too).",
     )
     max_tokens: int | None = Field(
-        None, ge=1, le=INT32_MAX, description="New tokens at most (vLLM: 16)."
+        None,
+        ge=1,
+        le=INT32_MAX,
+        description=f"New tokens at most (vLLM: {ENGINE_MAX_TOKENS}, or MAX_TOKENS_LIMIT if "
+        "lower).",
     )
     min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.limits import RequestLimits, check_count, check_sampling
+from app.core.limits import RequestLimits, check_count, check_sampling, unset_max_tokens
 from app.errors import InvalidRequestError
-from app.schemas.generate import GenerateRequest, SamplingParameters
+from app.schemas.generate import ENGINE_MAX_TOKENS, GenerateRequest, SamplingParameters
 from app.schemas.validation import json_object_text, validate_data
 from app.triton.tensors import INPUT_NAMES, TEXT_OUTPUT, outputs_asked
 
@@ -67,7 +67,8 @@ def read_inputs(
     """The inputs from their values `by_input` name (None: absent), the request's
     `parameters` (as read by their schema, or as sent) and any `extra` parameters (Triton
     takes unknown top-level keys as such): their types checked, then the server's `limits`,
-    before any work whose size the request chooses; with `requested` outputs, the others
+    before any work whose size the request chooses (a request that sets no `max_tokens`
+    asks vLLM's default within the limit); with `requested` outputs, the others
     are left out. The schedule-policy parameters are `schedule` (gRPC reads them from the
     request's parameters) or else taken from `parameters`."""
     lifted, parameters = lift_inputs(by_input, parameters)
@@ -91,6 +92,8 @@ def read_inputs(
             sampling.update(parameters.model_dump(exclude_none=True))
     in_parameters = schedule_of(sampling)
     check_sampling(sampling, limits, PARAMETERS_FIELD)
+    if limits.max_tokens is not None and sampling.get("max_tokens") is None:
+        sampling["max_tokens"] = unset_max_tokens(ENGINE_MAX_TOKENS, limits.max_tokens)
     check_count("image", len(images), limits.max_images)
     return TritonInputs(
         text_input=by_input["text_input"],

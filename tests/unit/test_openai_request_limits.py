@@ -16,6 +16,12 @@ import pytest
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
+from app.engine.vllm_openai.compat import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponsesRequest,
+)
+from app.engine.vllm_openai.limits import read_within_limits
 from app.engine.vllm_openai.serving import Servers, VllmOpenAIServing
 from app.errors import InvalidRequestError
 from app.openai.limits import check_body
@@ -219,3 +225,54 @@ async def test_forced_tool_calls_are_grammars_and_bounded(tool_choice: Any) -> N
     }
     error, _ = await refusal_seconds(OpenAIEndpoint.CHAT_COMPLETIONS, body)
     assert error.message == "tools: the grammar is over this server's limit of 65536 bytes"
+
+
+MESSAGES = {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("request_class", "body", "limit", "bound"),
+    [
+        (CompletionRequest, {"prompt": "Hi"}, 2, 2),
+        (CompletionRequest, {"prompt": "Hi", "max_tokens": None}, 2, 2),
+        (CompletionRequest, {"prompt": "Hi"}, 32, 16),
+        (CompletionRequest, {"prompt": "Hi"}, None, 16),
+        (CompletionRequest, {"prompt": "Hi", "max_tokens": 1}, 2, 1),
+        (CompletionRequest, {"prompt": "Hi", "max_output_tokens": 1}, 2, 2),
+        (ChatCompletionRequest, MESSAGES, 2, 2),
+        (ChatCompletionRequest, MESSAGES, None, None),
+        (ChatCompletionRequest, {**MESSAGES, "max_completion_tokens": 1}, 2, 1),
+        (ChatCompletionRequest, {**MESSAGES, "max_output_tokens": 1}, 2, 2),
+        (ResponsesRequest, {"input": "Hi"}, 2, 2),
+        (ResponsesRequest, {"input": "Hi", "max_tokens": 1}, 2, 2),
+    ],
+    ids=[
+        "completions",
+        "completions-null",
+        "completions-limit-above-the-default",
+        "completions-no-limit",
+        "completions-bounded",
+        "completions-another-routes-field",
+        "chat",
+        "chat-no-limit",
+        "chat-bounded",
+        "chat-another-routes-field",
+        "responses",
+        "responses-another-routes-field",
+    ],
+)
+def test_a_body_that_sets_no_bound_asks_vllms_default_within_the_limit(
+    request_class: type[Any], body: dict[str, Any], limit: int | None, bound: int | None
+) -> None:
+    """MAX_TOKENS_LIMIT bounds what a request asks by default too: vLLM's default (16 for
+    completions; the rest of the context for chat and responses) where it is lower, else the
+    limit. Another route's field bounds nothing, so it does not count as a bound."""
+    endpoints: dict[type[Any], OpenAIEndpoint] = {
+        CompletionRequest: OpenAIEndpoint.COMPLETIONS,
+        ChatCompletionRequest: OpenAIEndpoint.CHAT_COMPLETIONS,
+        ResponsesRequest: OpenAIEndpoint.RESPONSES,
+    }
+    field = endpoints[request_class].max_tokens_field(body)
+    guard = RequestGuard("r", RequestLimits(max_tokens=limit))
+    request = read_within_limits(request_class, {"model": "m", **body}, guard, 20, field)
+    assert request.model_dump()[field] == bound  # (chat's max_tokens warns when read)

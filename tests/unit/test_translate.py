@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from vllm.sampling_params import RequestOutputKind
 
+from app.core.limits import RequestLimits
 from app.core.service import GenerationService
+from app.engine.sampling import to_sampling_params
 from app.errors import InvalidRequestError
 from app.repository.layout import ModelSpec
 from app.repository.served_model import ModelState, ServedModel
@@ -102,6 +104,23 @@ def test_parameters_become_sampling_params() -> None:
 def test_vllm_defaults_apply_when_parameters_are_absent() -> None:
     sampling = plan({"text_input": "x"}).engine_request.sampling_params
     assert sampling.max_tokens == 16 and sampling.n == 1
+
+
+@pytest.mark.parametrize(
+    ("limit", "parameters", "max_tokens"),
+    [(2, {}, 2), (32, {}, 16), (None, {}, 16), (2, {"max_tokens": 1}, 1)],
+    ids=["limit-below-the-default", "limit-above-the-default", "no-limit", "bounded"],
+)
+def test_a_request_that_sets_no_max_tokens_asks_vllms_default_within_the_limit(
+    limit: int | None, parameters: dict[str, Any], max_tokens: int
+) -> None:
+    """MAX_TOKENS_LIMIT bounds what a request asks by default too (vLLM's 16, or the limit
+    where it is lower), on every Triton frontend (they read their inputs alike)."""
+    body = GenerateRequest.model_validate({"text_input": "x", "parameters": parameters})
+    inputs = body_inputs(body, RequestLimits(max_tokens=limit))
+    triton = triton_request(inputs, served(), StreamPolicy(default=False))
+    sampling = to_sampling_params(triton.request.sampling, stream=False)
+    assert sampling.max_tokens == max_tokens
 
 
 def test_output_kind_follows_streaming() -> None:

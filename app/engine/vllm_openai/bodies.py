@@ -60,8 +60,3 @@ def fields_of(request_class: type[BaseModel]) -> type[BaseModel]:
         f"{request_class.__name__}Fields", __config__=config, **fields
     )
     return model
-
-
-def set_by_client(request: BaseModel, field: str) -> Any:
-    """The field's value if the client set it, else None."""
-    return getattr(request, field) if field in request.model_fields_set else None

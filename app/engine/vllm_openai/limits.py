@@ -11,10 +11,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
-from app.core.limits import STOP_FIELDS, TOKEN_ID_FIELDS, check_count, count_prompts, integer
-from app.engine.vllm_openai.bodies import parse, set_by_client
+from app.core.limits import (
+    STOP_FIELDS,
+    TOKEN_ID_FIELDS,
+    check_count,
+    count_prompts,
+    integer,
+    unset_max_tokens,
+)
+from app.engine.vllm_openai.bodies import parse
 from app.errors import InvalidRequestError
 
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 LIMITED_FIELDS = ("n", *STOP_FIELDS, *TOKEN_ID_FIELDS)
 """Fields of vLLM's request models that `check_sampling` bounds by their value or length
 (besides max_tokens), read from the limit table's own lists."""
@@ -31,11 +39,23 @@ def read_within_limits(
 ) -> RequestModel:
     """`body` (within the server's limits as sent) read by vLLM's `request_class`, within the
     model's `max_logprobs` and the server's limits as read; a 400 naming the field
-    otherwise."""
+    otherwise. A body that sets no bound on new tokens asks vLLM's default for it within
+    the server's limit."""
     check_logprobs(body, max_logprobs)
+    bounded = sets_a_bound(body, request_class)  # before vLLM's validators fill in defaults
     request: RequestModel = parse(request_class, body)
-    check_limits(guard, values_of(request, max_tokens_field), max_tokens_field)
+    check_limits(guard, values_of(request, max_tokens_field, bounded), max_tokens_field)
+    if not bounded and guard.limits.max_tokens is not None:
+        default = request_class.model_fields[max_tokens_field].default
+        setattr(request, max_tokens_field, unset_max_tokens(default, guard.limits.max_tokens))
     return request
+
+
+def sets_a_bound(body: Mapping[str, Any], request_class: type[BaseModel]) -> bool:
+    """Whether the body bounds its new tokens by a field its route reads (another route's
+    field is not read, and bounds nothing)."""
+    fields = request_class.model_fields
+    return any(body.get(name) is not None for name in MAX_TOKENS_FIELDS if name in fields)
 
 
 def check_limits(
@@ -63,9 +83,10 @@ def check_logprobs(body: Mapping[str, Any], max_logprobs: int) -> None:
             )
 
 
-def values_of(request: BaseModel, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
-    """The limited fields of vLLM's request model; `max_tokens` only where the client set it."""
+def values_of(request: BaseModel, max_tokens_field: str, bounded: bool) -> dict[str, Any]:
+    """The limited fields of vLLM's request model; `max_tokens_field` only where the client
+    `bounded` the new tokens (else it is vLLM's default)."""
     values = {name: getattr(request, name, None) for name in LIMITED_FIELDS}
-    values[max_tokens_field] = set_by_client(request, max_tokens_field)
+    values[max_tokens_field] = getattr(request, max_tokens_field, None) if bounded else None
     values["prompt"] = getattr(request, "prompt", None)
     return values

@@ -51,9 +51,6 @@ def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: i
             param="previous_response_id",
         )
     check_assistant_messages(request.input)
-    limit = guard.limits.max_tokens
-    if limit is not None and request.max_output_tokens is None:
-        request.max_output_tokens = limit  # one above the limit was refused as it was read
     return request
 
 

@@ -147,7 +147,6 @@ class VllmOpenAIServing:
             field = endpoint.max_tokens_field(body)
             request = read_within_limits(ChatCompletionRequest, body, guard, max_logprobs, field)
             create = self._servers.chat.create_chat_completion
-        default_max_tokens(request, guard.limits.max_tokens)
         return await self._serve(create, request, guard, adapter, headers)
 
     async def _serve(
@@ -181,14 +180,6 @@ class VllmOpenAIServing:
         if isinstance(result, BaseModel):
             return dump(result)
         return result  # type: ignore[no-any-return]
-
-
-def default_max_tokens(request: Any, limit: int | None) -> None:
-    """The server's limit as the request's `max_tokens` when it sets no bound of its own (one
-    above the limit was refused when it was read)."""
-    bounds = (getattr(request, name, None) for name in ("max_tokens", "max_completion_tokens"))
-    if limit is not None and all(bound is None for bound in bounds):
-        request.max_tokens = limit
 
 
 async def begun_stream(stream: Any, served: GuardedRequest) -> AsyncGenerator[str, None]:
