@@ -26,9 +26,9 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     create_error_response,
 )
+from app.engine.vllm_openai.errors import as_server_error
 from app.engine.vllm_openai.guarded_request import EngineRequests, GuardedRequest
 from app.engine.vllm_openai.options import OpenAIOptions, engine_reasoning_parser, openai_options
-from app.engine.vllm_openai.serving import as_server_error
 from app.errors import (
     InvalidRequestError,
     ModelConfigError,

@@ -25,10 +25,10 @@ from app.engine.vllm_openai.compat import (
     OpenAIServingCompletion,
     OpenAIServingModels,
     ToolParserManager,
-    create_error_response,
     load_chat_template,
     supported_arguments,
 )
+from app.engine.vllm_openai.errors import as_server_error, raised_by_vllm
 from app.engine.vllm_openai.guarded_request import EngineOutputs, GuardedRequest, bound, serving
 from app.engine.vllm_openai.guarded_request import EngineRequests as EngineRequests  # VllmEngine
 from app.engine.vllm_openai.limits import read_within_limits
@@ -40,33 +40,11 @@ from app.engine.vllm_openai.responses import (
     responses_server,
 )
 from app.engine.vllm_openai.utility import VllmOpenAIUtility
-from app.errors import (
-    EngineUnhealthyError,
-    InvalidRequestError,
-    ModelConfigError,
-    ModelNotFoundError,
-    NotSupportedError,
-    OverloadedError,
-    PayloadTooLargeError,
-    RequestTimeoutError,
-    ServerError,
-    UnprocessableContentError,
-)
+from app.errors import EngineUnhealthyError, ModelConfigError, ServerError
 from app.repository.layout import ModelSpec
 from app.schemas.openai import OpenAIEndpoint
 
 logger = logging.getLogger(__name__)
-
-ERROR_BY_STATUS: dict[int, type[ServerError]] = {
-    400: InvalidRequestError,
-    404: ModelNotFoundError,
-    413: PayloadTooLargeError,
-    422: UnprocessableContentError,
-    501: NotSupportedError,
-    503: OverloadedError,
-    504: RequestTimeoutError,
-}
-"""vLLM's error statuses as the server's own exceptions (each frontend answers them)."""
 
 VllmCreate = Callable[[Any, "RawRequest"], Awaitable[Any]]
 """A vLLM serving object's method (`create_completion`...): the request and the HTTP request
@@ -174,7 +152,7 @@ class VllmOpenAIServing:
         except EngineDeadError as exc:
             raise EngineUnhealthyError() from exc
         except Exception as exc:  # vLLM's serving code raises some errors instead of returning them
-            raise as_server_error(create_error_response(exc), exc) from exc
+            raise raised_by_vllm(exc) from exc
         if isinstance(result, ErrorResponse):
             raise as_server_error(result)
         if isinstance(result, BaseModel):
@@ -273,13 +251,3 @@ class RawRequest:
     def __init__(self, headers: Mapping[str, str]) -> None:
         self.headers = headers
         self.state = SimpleNamespace()
-
-
-def as_server_error(response: Any, cause: BaseException | None = None) -> ServerError:
-    """vLLM's `ErrorResponse` as the server's exception of the same status."""
-    error = response.error
-    status = int(error.code)
-    if status >= 500 and cause is not None:
-        logger.error("vLLM's serving code failed: %s", cause, exc_info=cause)
-    default = InvalidRequestError if 400 <= status < 500 else ServerError
-    return ERROR_BY_STATUS.get(status, default)(error.message, param=error.param)

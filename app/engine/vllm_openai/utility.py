@@ -18,8 +18,9 @@ from app.engine.vllm_openai.compat import (
     load_chat_template,
     supported_arguments,
 )
+from app.engine.vllm_openai.errors import as_server_error, raised_by_vllm
 from app.engine.vllm_openai.options import OpenAIOptions
-from app.errors import InvalidRequestError, ModelNotFoundError, NotSupportedError, ServerError
+from app.errors import InvalidRequestError, NotSupportedError
 from app.security.redaction import client_message
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ except ImportError:  # 0.25
         OpenAIServingTokenization as ServingTokenization,
     )
 
-ERROR_BY_STATUS: dict[int, type[ServerError]] = {400: InvalidRequestError, 404: ModelNotFoundError}
 UNAVAILABLE = "tokenization is not available with this vLLM release"
 
 
@@ -92,9 +92,12 @@ class VllmOpenAIUtility:
         if self._tokenization is None:
             raise NotSupportedError(UNAVAILABLE)
         request.model = adapter or self._name
-        result = await getattr(self._tokenization, method)(request, None)
+        try:
+            result = await getattr(self._tokenization, method)(request, None)
+        except Exception as exc:  # vLLM's code raises some errors instead of returning them
+            raise raised_by_vllm(exc) from exc
         if isinstance(result, ErrorResponse):
-            raise server_error(result)
+            raise as_server_error(result)
         answer: dict[str, Any] = result.model_dump() if isinstance(result, BaseModel) else result
         return answer
 
@@ -125,7 +128,7 @@ class VllmOpenAIUtility:
             )
         result = await self._models.unload_lora_adapter(request)
         if isinstance(result, ErrorResponse):
-            raise server_error(result)
+            raise as_server_error(result)
         return str(result)
 
     def _adapter_folder(self, path: str) -> Path:
@@ -184,11 +187,3 @@ def tokenization_server(llm: Any, models: Any, options: OpenAIOptions) -> Any:
     return ServingTokenization(
         **{name: value for name, value in known.items() if name in parameters}
     )
-
-
-def server_error(response: Any) -> ServerError:
-    """vLLM's `ErrorResponse` as the server's exception of the same status."""
-    error = response.error
-    status = int(error.code)
-    default = InvalidRequestError if 400 <= status < 500 else ServerError
-    return ERROR_BY_STATUS.get(status, default)(error.message, param=error.param)
