@@ -44,3 +44,30 @@ def test_a_body_vllm_cannot_render_is_a_400_with_its_reason(
     chat = http.post("/v1/chat/completions", json={"model": "smollm2", "max_tokens": 1, **fields})
     if "messages" in fields:
         assert chat.status_code == 400 and reason in chat.json()["error"]["message"]
+
+
+HUGE = "x y " * 1_900_000
+"""7.6 MB: within the body limit, and 15 s of the tokenizer that the generating requests
+share (a small completion sent meanwhile waited as long)."""
+NEAR_LIMIT = " ".join(f"w{i % 997}" for i in range(30_000))
+"""Just under vLLM's bound on a prompt for a 2,048-token context (165,888 characters)."""
+
+
+@pytest.mark.parametrize("field", ["prompt", "messages"])
+def test_a_prompt_longer_than_any_the_model_takes_is_refused_before_tokenizing(
+    http: httpx.Client, field: str
+) -> None:
+    """vLLM bounds a generating request's prompt by its context times the characters of its
+    longest token before tokenizing it; /tokenize is bounded alike. A prompt under the
+    bound is counted whole, past the context if it is longer."""
+
+    def tokenize(text: str) -> httpx.Response:
+        value = text if field == "prompt" else [{"role": "user", "content": text}]
+        return http.post("/tokenize", json={"model": "smollm2", field: value})
+
+    refused = tokenize(HUGE)
+    assert refused.status_code == 400, refused.text[:300]
+    assert refused.json()["error"]["param"] == field
+    assert "165888 characters" in refused.json()["error"]["message"]
+    counted = tokenize(NEAR_LIMIT)
+    assert counted.status_code == 200 and counted.json()["count"] > 2048

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from app.core.limits import json_size
 from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import (
     ErrorResponse,
@@ -65,6 +66,8 @@ class VllmOpenAIUtility:
         adapter_roots: tuple[Path, ...],
     ) -> None:
         self._name = name
+        self._llm = llm
+        self._max_chars: int | None = None
         self._models = models
         self._static = set(models.lora_requests)
         for _ in self._static:  # runtime adapters get ids after multi_lora.json's (1..n)
@@ -79,10 +82,23 @@ class VllmOpenAIUtility:
         return sorted(set(self._models.lora_requests) - self._static)
 
     async def tokenize(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
-        """`POST /tokenize`: a prompt, or chat messages through the chat template, as token ids."""
+        """`POST /tokenize`: a prompt, or chat messages through the chat template, as token
+        ids; one longer than any prompt the model could take is refused before the
+        tokenizer, which the generating requests share, works through it."""
         request_class = TokenizeChatRequest if "messages" in body else TokenizeCompletionRequest
         request = parse(request_class, body)
+        check_prompt_size(body, await self._max_prompt_chars())
         return await self._answer("create_tokenize", request, adapter)
+
+    async def _max_prompt_chars(self) -> int:
+        """vLLM's bound on a generating request's prompt: its context in tokens times the
+        characters of the longest token."""
+        if self._max_chars is None:
+            tokenizer = self._llm.get_tokenizer()
+            tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+            context = self._llm.model_config.max_model_len
+            self._max_chars = context * tokenizer.max_chars_per_token
+        return self._max_chars
 
     async def detokenize(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
         """`POST /detokenize`: token ids as text."""
@@ -187,3 +203,18 @@ def tokenization_server(llm: Any, models: Any, options: OpenAIOptions) -> Any:
     return ServingTokenization(
         **{name: value for name, value in known.items() if name in parameters}
     )
+
+
+def check_prompt_size(body: dict[str, Any], max_chars: int) -> None:
+    """Refuse, naming the field, a prompt of more than `max_chars` characters (chat messages
+    and tools: their JSON text), as vLLM refuses one on the generating routes."""
+    if "messages" in body:
+        field, size = "messages", json_size([body["messages"], body.get("tools")], max_chars)
+    else:
+        field, size = "prompt", len(body.get("prompt") or "")
+    if size > max_chars:
+        raise InvalidRequestError(
+            f"{field}: over {max_chars} characters, more than any prompt this model can take "
+            "(its context times the characters of its longest token)",
+            param=field,
+        )
