@@ -301,7 +301,13 @@ async def started(traffic: Traffic, asks: list[tuple[str, Ask]]) -> list[asyncio
     """The streams sent, once each has produced a token."""
     first = len(traffic.live)
     streams = [asyncio.create_task(traffic.send(protocol, ask)) for protocol, ask in asks]
-    await until(lambda: all(o.tokens for o in traffic.live[first:]), "the streams did not start")
+
+    def each_produced_a_token() -> bool:
+        # the tasks register their outcomes once they run: until then there is none to check
+        mine = traffic.live[first:]
+        return len(mine) == len(asks) and all(o.tokens for o in mine)
+
+    await until(each_produced_a_token, "the streams did not start")
     return streams
 
 
