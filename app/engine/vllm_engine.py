@@ -131,6 +131,7 @@ class VllmEngine:
                 self._spec,
                 self._openai_options,
                 self._engine_requests,
+                self._tokenizer,
                 generate=self.outputs,
             )
         except ModelConfigError as exc:

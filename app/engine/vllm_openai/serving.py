@@ -65,7 +65,8 @@ class Servers(NamedTuple):
 class VllmOpenAIServing:
     """The OpenAI API of one model version (the frontend's `OpenAIServing`): request bodies
     read and answered by vLLM's serving objects, built once on the engine; the engine
-    requests they ask for run through the guard of the request they serve."""
+    requests they ask for run through the guard of the request they serve. `tokenizer`: the
+    engine's, which bounds the prompts `/tokenize` takes."""
 
     def __init__(
         self,
@@ -73,6 +74,7 @@ class VllmOpenAIServing:
         spec: ModelSpec,
         options: OpenAIOptions,
         requests: EngineRequests,
+        tokenizer: Any,
         generate: EngineOutputs | None = None,
     ) -> None:
         self._llm = llm
@@ -91,7 +93,12 @@ class VllmOpenAIServing:
             models.lora_requests[name] = LoRARequest(name, index + 1, str(path))
         self._servers = build_servers(llm, models, options)
         self.utility = VllmOpenAIUtility(
-            llm, models, options, spec.name, (spec.version_path.parent.parent,)
+            llm,
+            models,
+            options,
+            spec.name,
+            (spec.version_path.parent.parent,),
+            max_prompt_chars=max_prompt_chars(llm.model_config.max_model_len, tokenizer),
         )
         """Tokenization and runtime LoRA adapters (vLLM's utility routes)."""
 
@@ -223,6 +230,14 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
     return Servers(completion, chat, responses)
+
+
+def max_prompt_chars(context: int, tokenizer: Any) -> int | None:
+    """vLLM's bound on a generating request's prompt: the model's context in tokens times
+    the characters of its tokenizer's longest token (None without a tokenizer)."""
+    if tokenizer is None:
+        return None
+    return context * int(tokenizer.max_chars_per_token)
 
 
 def check_tool_options(options: OpenAIOptions) -> None:

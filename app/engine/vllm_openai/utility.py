@@ -55,7 +55,10 @@ UNAVAILABLE = "tokenization is not available with this vLLM release"
 class VllmOpenAIUtility:
     """Tokenization and runtime LoRA adapters of one model version (the OpenAI frontend's
     `OpenAIUtility`). `models`: the version's `OpenAIServingModels`, shared with its
-    completion and chat servers, so an adapter loaded here serves their requests."""
+    completion and chat servers, so an adapter loaded here serves their requests.
+    `max_prompt_chars`: vLLM's bound on a generating request's prompt (its context in tokens
+    times the characters of the longest token), which `/tokenize` applies too (None: the
+    model has no tokenizer)."""
 
     def __init__(
         self,
@@ -64,10 +67,11 @@ class VllmOpenAIUtility:
         options: OpenAIOptions,
         name: str,
         adapter_roots: tuple[Path, ...],
+        max_prompt_chars: int | None,
     ) -> None:
         self._name = name
         self._llm = llm
-        self._max_chars: int | None = None
+        self._max_prompt_chars = max_prompt_chars
         self._models = models
         self._static = set(models.lora_requests)
         for _ in self._static:  # runtime adapters get ids after multi_lora.json's (1..n)
@@ -87,18 +91,9 @@ class VllmOpenAIUtility:
         tokenizer, which the generating requests share, works through it."""
         request_class = TokenizeChatRequest if "messages" in body else TokenizeCompletionRequest
         request = parse(request_class, body)
-        check_prompt_size(body, await self._max_prompt_chars())
+        if self._max_prompt_chars is not None:
+            check_prompt_size(body, self._max_prompt_chars)
         return await self._answer("create_tokenize", request, adapter)
-
-    async def _max_prompt_chars(self) -> int:
-        """vLLM's bound on a generating request's prompt: its context in tokens times the
-        characters of the longest token."""
-        if self._max_chars is None:
-            tokenizer = self._llm.get_tokenizer()
-            tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
-            context = self._llm.model_config.max_model_len
-            self._max_chars = context * tokenizer.max_chars_per_token
-        return self._max_chars
 
     async def detokenize(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
         """`POST /detokenize`: token ids as text."""
