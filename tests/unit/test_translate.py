@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import RequestOutputKind, SamplingParams
 
 from app.core.limits import RequestLimits
 from app.core.service import GenerationService
@@ -19,7 +19,7 @@ from app.engine.sampling import to_sampling_params
 from app.errors import InvalidRequestError
 from app.repository.layout import ModelSpec
 from app.repository.served_model import ModelState, ServedModel
-from app.schemas.generate import GenerateRequest
+from app.schemas.generate import ENGINE_MAX_TOKENS, GenerateRequest
 from app.triton.inputs import body_inputs
 from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine, ReceivedRequest
@@ -104,6 +104,11 @@ def test_parameters_become_sampling_params() -> None:
 def test_vllm_defaults_apply_when_parameters_are_absent() -> None:
     sampling = plan({"text_input": "x"}).engine_request.sampling_params
     assert sampling.max_tokens == 16 and sampling.n == 1
+
+
+def test_the_schemas_max_tokens_default_is_vllms() -> None:
+    """app/schemas may not import vLLM, so it writes vLLM's default down: it must stay vLLM's."""
+    assert SamplingParams().max_tokens == ENGINE_MAX_TOKENS
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,9 @@ def check_logprobs(body: Mapping[str, Any], max_logprobs: int) -> None:
 def values_of(request: BaseModel, max_tokens_field: str, bounded: bool) -> dict[str, Any]:
     """The limited fields of vLLM's request model; `max_tokens_field` only where the client
     `bounded` the new tokens (else it is vLLM's default)."""
-    values = {name: getattr(request, name, None) for name in LIMITED_FIELDS}
-    values[max_tokens_field] = getattr(request, max_tokens_field, None) if bounded else None
-    values["prompt"] = getattr(request, "prompt", None)
+    wanted = {*LIMITED_FIELDS, "prompt", *([max_tokens_field] if bounded else [])}
+    fields = type(request).model_fields
+    # dumped, not read: reading chat's max_tokens warns that it is deprecated
+    values = request.model_dump(include={name for name in wanted if name in fields})
+    values.setdefault(max_tokens_field, None)
     return values
