@@ -19,6 +19,10 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
 SLOW_SECONDS = float(os.environ.get("FUZZ_SLOW_SECONDS", "5"))
 """No answer may take longer (the engine double answers in milliseconds), and no readiness
 probe, whatever the engine does meanwhile."""
+PROBE_SLOW_SECONDS = 3 * SLOW_SECONDS
+"""No readiness probe sent while the inputs are sent may take longer: a 2-core host busy with
+the engine tier beside the fuzz tier delayed one by 7.6 s; the stall it guards against lasted
+24 s."""
 ENGINE_SLOW_SECONDS = float(os.environ.get("FUZZ_ENGINE_SLOW_SECONDS", "60"))
 """No answer of the real engine may take longer: a whole context's prefill on a slow CPU
 takes seconds (it runs in the engine's process; the readiness probe is held to SLOW_SECONDS)."""

@@ -32,14 +32,20 @@ from tests.fuzz.checks import (
 from tests.fuzz.double_server import double_server
 from tests.fuzz.families import FAMILIES
 from tests.fuzz.mixing import RESPONSES
-from tests.fuzz.report import EXAMPLES, REPORT, SLOW_SECONDS, requests_left
+from tests.fuzz.report import (
+    EXAMPLES,
+    PROBE_SLOW_SECONDS,
+    REPORT,
+    SLOW_SECONDS,
+    requests_left,
+)
 from tests.fuzz.responses_bodies import OVER_LIMIT, stored_responses
 from tests.fuzz.strategies import misfit_or_fitting
 from tests.support.probe import readiness_probe
 from tests.support.repository import write_model
 from tests.support.waiting import wait_until
 
-PROBE_LIMIT_S = SLOW_SECONDS
+PROBE_LIMIT_S = PROBE_SLOW_SECONDS
 INFERENCE = frozenset(INFERENCE_ROUTES)
 """The routes that take inference requests: FUZZ_EXAMPLES inputs each."""
 PINNED = {"model_name": "fake", "model_version": "1"}

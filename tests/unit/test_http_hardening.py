@@ -97,7 +97,12 @@ def test_a_body_trickled_in_is_cut_off_at_the_deadline_not_kept_alive_by_each_by
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and not select.select([client], [], [], 0.05)[0]:
             client.sendall(b" ")
-        status, _ = status_and_body(read_until_closed(client))
+        assert time.monotonic() < deadline, "the trickle kept the request alive"
+        try:
+            status, _ = status_and_body(read_until_closed(client))
+        except ConnectionResetError:
+            # the server closed while the trickle's last bytes were on their way (a slow host)
+            return
     assert status == "HTTP/1.1 408 Request Timeout"
 
 

@@ -140,7 +140,8 @@ def test_reserved_parameters_follow_triton(client: triton_grpc.InferenceServerCl
     request = vllm_request(
         "x", "s", sampling_parameters={"max_tokens": "1"}, exclude_input_in_output=True
     )
-    request.update(priority=3, sequence_id=5, sequence_start=True, timeout=1000)
+    # Triton's timeout is in microseconds: 60 s, so that a slow host answers within it
+    request.update(priority=3, sequence_id=5, sequence_start=True, timeout=60_000_000)
     assert text_of(by_id(stream_results(client, [request]))["s"]) == "Hello"
 
 
