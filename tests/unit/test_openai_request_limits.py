@@ -21,7 +21,7 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     ResponsesRequest,
 )
-from app.engine.vllm_openai.limits import read_within_limits
+from app.engine.vllm_openai.limits import read_within_limits, values_of
 from app.engine.vllm_openai.serving import Servers, VllmOpenAIServing
 from app.errors import InvalidRequestError
 from app.openai.limits import check_body
@@ -278,3 +278,16 @@ def test_a_body_that_sets_no_bound_asks_vllms_default_within_the_limit(
     guard = RequestGuard("r", RequestLimits(max_tokens=limit))
     request = read_within_limits(request_class, {"model": "m", **body}, guard, 20, field)
     assert request.model_dump()[field] == bound  # (chat's max_tokens warns when read)
+
+
+def test_the_limited_values_are_read_without_copying_the_prompt() -> None:
+    """The limit check reads a body's limited values as vLLM's request model holds them: a
+    token-id prompt as large as the body limit allows is not copied per request, and chat's
+    deprecated max_tokens is read without its warning (an error in this tier)."""
+    completion = CompletionRequest(model="m", prompt=[[7] * 1000] * 4, max_tokens=5, n=2)
+    values = values_of(completion, "max_tokens", bounded=True)
+    assert values["prompt"] is completion.prompt
+    assert (values["max_tokens"], values["n"]) == (5, 2)
+    chat = ChatCompletionRequest(model="m", messages=[], max_tokens=9)
+    assert values_of(chat, "max_tokens", bounded=True)["max_tokens"] == 9
+    assert values_of(chat, "max_tokens", bounded=False)["max_tokens"] is None

@@ -88,7 +88,9 @@ def values_of(request: BaseModel, max_tokens_field: str, bounded: bool) -> dict[
     `bounded` the new tokens (else it is vLLM's default)."""
     wanted = {*LIMITED_FIELDS, "prompt", *([max_tokens_field] if bounded else [])}
     fields = type(request).model_fields
-    # dumped, not read: reading chat's max_tokens warns that it is deprecated
-    values = request.model_dump(include={name for name in wanted if name in fields})
+    # the instance's field values, not its attributes (reading chat's max_tokens attribute
+    # warns that it is deprecated), and not a dump (which would copy the prompt)
+    stored = vars(request)
+    values = {name: stored.get(name) for name in wanted if name in fields}
     values.setdefault(max_tokens_field, None)
     return values
