@@ -308,6 +308,12 @@ class SettingsFields(LimitFields, BaseSettings):
     grpc_http2_max_ping_strikes: int = Field(
         2, ge=0, description="Strikes before the connection is closed."
     )
+    grpc_max_connection_idle_seconds: float = Field(
+        300,
+        gt=0,
+        description="A gRPC connection without a call for this long is closed (a GOAWAY: "
+        "clients connect again for their next call).",
+    )
     grpc_reuse_port: bool = Field(
         False, description="SO_REUSEPORT: several processes share GRPC_PORT."
     )

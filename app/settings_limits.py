@@ -106,3 +106,8 @@ class LimitFields(BaseSettings):
         description="Open HTTP connections; one more closes the one waiting longest on its "
         "client (idle, or slow to send its request). Keep it below the open-file limit.",
     )
+    max_grpc_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open gRPC connections; more are closed as they open, until one ends.",
+    )

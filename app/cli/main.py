@@ -15,6 +15,7 @@ from app.cli.catalog import all_flags, env_name, usage
 from app.cli.options_table import options_table
 from app.cli.parser import CommandLine, HelpRequested, ParseError, parse
 from app.errors import ModelConfigError
+from app.launch.open_files import needed_open_files, raise_open_file_limit
 from app.launch.quiet_exit import quiet_after_serving
 from app.observability.vllm_notes import leave_out_compiler_notes
 from app.settings import Settings
@@ -112,6 +113,7 @@ def serve(settings: Settings, ignored: Sequence[str] = ()) -> None:
     processes = settings.frontend_process_count()
     if processes > 1 and not settings.allow_http:
         raise SystemExit("ALLOW_HTTP false: serve with FRONTEND_PROCESSES=1")
+    raise_open_file_limit(needed_open_files(settings))
     http = take_ports(settings, keep_http=processes == 1)
     logger.info("%s", options_table(settings, ignored))
     if processes > 1:

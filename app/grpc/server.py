@@ -59,6 +59,11 @@ class GrpcOptions:
     http2_max_pings_without_data: int = 2
     http2_min_recv_ping_interval_without_data_ms: int = 300_000
     http2_max_ping_strikes: int = 2
+    max_connections: int = 4096
+    """Connections past it are closed as they open: gRPC clients cannot take the open files
+    that HTTP and the engines need."""
+    max_connection_idle_ms: int = 300_000
+    """A connection without a call for this long gets a GOAWAY (a held slot is given back)."""
     tls: GrpcTls | None = None
     reuse_port: bool = False
     """SO_REUSEPORT: let several server processes share the port (the kernel spreads the
@@ -82,6 +87,8 @@ class GrpcOptions:
                 self.http2_min_recv_ping_interval_without_data_ms,
             ),
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.max_connection_idle_ms", self.max_connection_idle_ms),
             ("grpc.so_reuseport", int(self.reuse_port)),
         ]
 

@@ -8,6 +8,7 @@ with tests/doubles.py's FakeEngine in place of vLLM's engines.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -51,11 +52,17 @@ class DoubleTritonserver:
 
 @contextmanager
 def double_tritonserver(
-    *args: str, console: Path, started: str, log: Path | None = None
+    *args: str,
+    console: Path,
+    started: str,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    open_files: int | None = None,
 ) -> Iterator[DoubleTritonserver]:
     """`tritonserver *args` on the double, in one frontend process (the double's engines live
-    in it); yields once the line `started` is in its log (`log`, else the console), and stops
-    it when left."""
+    in it), with `env` added and at most `open_files` descriptors (its hard limit) if given;
+    yields once the line `started` is in its log (`log`, else the console), and stops it
+    when left."""
     command = [sys.executable, "-m", "tests.support.double_tritonserver"]
     with console.open("w") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(
@@ -63,7 +70,8 @@ def double_tritonserver(
             cwd=PROJECT_ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+            preexec_fn=None if open_files is None else lambda: limit_open_files(open_files),
         )
     server = DoubleTritonserver(process, console)
     watched = log or console
@@ -79,6 +87,11 @@ def double_tritonserver(
         yield server
     finally:
         server.stop()
+
+
+def limit_open_files(limit: int) -> None:
+    """In the child before it runs: at most `limit` open files, soft and hard."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 def main() -> None:
