@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,35 +19,21 @@ import httpx
 import psutil
 import pytest
 
+from tests.integration.bounded.limits import DEADLINE_S
 from tests.support.probe import readiness_probe
-from tests.support.servers import RunningServer, start_server, stopping_cleanly
+from tests.support.servers import RunningServer
 
-DEADLINE_S = 15
 SLACK_S = 10
 """What the refusal may take beyond the deadline (the body read, the job sent, the kill)."""
 WAIT_S = 120.0
 """Generous bound on a worker's start or a kill on a slow host."""
 LIVE_LIMIT_S = 1.0
 GROWTH_LIMIT_MB = 300
-WORKER_MEMORY_MB = 8192
-"""The bounded server's workers' memory bound: high, so that the deadline comes first."""
 SLOW_ENUM = [f"w{i:07d}" for i in range(175_000)]
 ROUTES = {
     "triton": ("/v2/models/smollm2/generate", "parameters.structured_outputs"),
     "openai": ("/v1/completions", "structured_outputs"),
 }
-
-
-@pytest.fixture(scope="module")
-def bounded() -> Iterator[RunningServer]:
-    """A server with a short compile deadline and a grammar limit that admits the slow one."""
-    env = {
-        "GRAMMAR_COMPILE_TIMEOUT_SECONDS": str(DEADLINE_S),
-        "GRAMMAR_WORKER_MEMORY_MB": str(WORKER_MEMORY_MB),
-        "MAX_GRAMMAR_BYTES": str(8 * 2**20),
-    }
-    with stopping_cleanly(start_server(name="grammar-bounds", env=env)) as server:
-        yield server
 
 
 def body_of(route: str, structured: dict[str, Any]) -> bytes:

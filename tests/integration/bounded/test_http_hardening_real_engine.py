@@ -11,31 +11,18 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import psutil
-import pytest
 
 from app.paths import PROJECT_ROOT
-from tests.support.servers import RunningServer, start_server, stopping_cleanly
+from tests.integration.bounded.limits import BODY_TIMEOUT_S
+from tests.support.servers import RunningServer
 
-BODY_TIMEOUT_S = 3
 SLOW_CONNECTIONS = 200
 WAIT_S = 60
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
-
-
-@pytest.fixture(scope="module")
-def hardened() -> Iterator[RunningServer]:
-    """A server whose request bodies must arrive within BODY_TIMEOUT_S."""
-    server = start_server(
-        name="http-hardening", env={"HTTP_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_S)}
-    )
-    with stopping_cleanly(server):
-        yield server
-    assert "Traceback" not in server.log_path.read_text(errors="replace"), server.log_tail(80)
 
 
 def address(server: RunningServer) -> tuple[str, int]:
@@ -83,20 +70,20 @@ def with_byte(connection: Any) -> None:
 
 
 def test_slow_bodies_are_answered_408_while_health_answers_at_once(
-    hardened: RunningServer,
+    bounded: RunningServer,
 ) -> None:
-    baseline = live_seconds(hardened.base_url)
+    baseline = live_seconds(bounded.base_url)
     head = (
         b"POST /v2/models/smollm2/generate HTTP/1.1\r\nHost: x\r\n"
         b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
     )
-    slow = [socket.create_connection(address(hardened)) for _ in range(SLOW_CONNECTIONS)]
+    slow = [socket.create_connection(address(bounded)) for _ in range(SLOW_CONNECTIONS)]
     try:
         for connection in slow:
             connection.sendall(head)
         probes: list[float] = []
         prober = threading.Thread(
-            target=lambda: probes.extend(live_seconds(hardened.base_url) for _ in range(5))
+            target=lambda: probes.extend(live_seconds(bounded.base_url) for _ in range(5))
         )
         prober.start()
         started = time.monotonic()
@@ -113,7 +100,7 @@ def test_slow_bodies_are_answered_408_while_health_answers_at_once(
     assert elapsed >= BODY_TIMEOUT_S * 0.9, report
     assert len(probes) == 5 and max(probes) < max(1.0, 20 * baseline), (probes, baseline)
     body = {"text_input": "Hello", "parameters": {"max_tokens": 4}}
-    after = httpx.post(f"{hardened.base_url}/v2/models/smollm2/generate", json=body, timeout=120)
+    after = httpx.post(f"{bounded.base_url}/v2/models/smollm2/generate", json=body, timeout=120)
     assert after.status_code == 200, after.text
 
 
@@ -137,9 +124,9 @@ def send_headers(server: RunningServer, total: int) -> tuple[bytes, float]:
 
 
 def test_a_hundred_megabytes_of_headers_are_refused_with_memory_unmoved(
-    hardened: RunningServer,
+    bounded: RunningServer,
 ) -> None:
-    pid = hardened.process.pid
+    pid = bounded.process.pid
     before = rss_mib(pid)
     peak = [before]
     done = threading.Event()
@@ -151,14 +138,14 @@ def test_a_hundred_megabytes_of_headers_are_refused_with_memory_unmoved(
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        answer, seconds = send_headers(hardened, 100 * 2**20)
+        answer, seconds = send_headers(bounded, 100 * 2**20)
     finally:
         done.set()
         sampler.join()
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"", answer[:200]
     assert max(peak) - before < 32, f"RSS {before:.0f} MiB -> peak {max(peak):.0f} MiB"
     assert seconds < WAIT_S
-    assert live_seconds(hardened.base_url) < WAIT_S
+    assert live_seconds(bounded.base_url) < WAIT_S
 
 
 def server_paths() -> list[str]:
