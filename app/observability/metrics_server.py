@@ -20,6 +20,12 @@ logger = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
 RENDER_TIMEOUT_SECONDS = 30.0
+MAX_CONNECTIONS = 64
+"""Connections served at once (a thread each); more are closed as they open. Prometheus
+scrapes one at a time."""
+CONNECTION_TIMEOUT_SECONDS = 10.0
+"""A connection must send its request, and take the answer, within this time of each read or
+write: a silent client does not keep its thread."""
 
 
 class MetricsHandler(BaseHTTPRequestHandler):
@@ -63,13 +69,45 @@ class MetricsHandler(BaseHTTPRequestHandler):
 
 
 class MetricsHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+    """A thread per connection, at most `max_connections` of them, each held to
+    `connection_timeout`: a flood of connections costs neither threads nor time."""
 
-    def __init__(self, address: str, port: int, render: Callable[[], bytes]) -> None:
+    daemon_threads = True
+    request_queue_size = 128
+    """The listen backlog (socketserver's 5 drops a burst's connections for a second)."""
+
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        render: Callable[[], bytes],
+        max_connections: int = MAX_CONNECTIONS,
+        connection_timeout: float = CONNECTION_TIMEOUT_SECONDS,
+    ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
         super().__init__((address, port), MetricsHandler)
         self.render = render
+        self.connection_timeout = connection_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
         self._thread = threading.Thread(target=self.serve_forever, name="metrics-port", daemon=True)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection if one is free; else it is closed at once."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        request.settimeout(self.connection_timeout)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def port(self) -> int:

@@ -1,8 +1,9 @@
-"""A flood of gRPC connections cannot run the server out of open files: past
+"""Floods of connections cost the server neither its open files nor its threads. gRPC: past
 MAX_GRPC_CONNECTIONS they are closed as they open, one without a call is closed after
-GRPC_MAX_CONNECTION_IDLE_SECONDS, and HTTP and gRPC keep answering. At start the server raises
-its soft open-file limit within the hard one, and warns when that stays below what its
-connection limits need."""
+GRPC_MAX_CONNECTION_IDLE_SECONDS, and HTTP and gRPC keep answering. The metrics port: a thread
+for at most 64 connections, each held to a timeout. At start the server raises its soft
+open-file limit within the hard one, and warns when that stays below what its connection
+limits need. (HTTP's own bounds: test_http_hardening.py.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import resource
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 
 from app.launch.open_files import RESERVED_FILES
+from app.observability.metrics_server import MetricsHttpServer
 from app.paths import PROJECT_ROOT
 from tests.support.asgi import free_ports
 from tests.support.double_tritonserver import double_tritonserver
@@ -111,6 +114,27 @@ def test_a_flood_of_grpc_connections_leaves_http_and_grpc_answering(
         assert server.stop() == 0
     console = server.console.read_text()
     assert "open-file limit" not in console, console
+
+
+def test_a_flood_of_metrics_port_connections_holds_neither_threads_nor_the_port() -> None:
+    port = MetricsHttpServer(
+        "127.0.0.1", 0, lambda: b"up 1\n", max_connections=8, connection_timeout=IDLE_S
+    )
+    port.start()
+    threads = threading.active_count()
+    connections = [socket.create_connection(("127.0.0.1", port.port), 5) for _ in range(200)]
+    try:
+        assert threading.active_count() <= threads + 8
+        assert wait_for(lambda: not any(map(still_open, connections)), WAIT_S, 0.2), (
+            "silent connections kept open"
+        )
+        assert wait_for(lambda: threading.active_count() == threads, WAIT_S)
+        scrape = httpx.get(f"http://127.0.0.1:{port.port}/metrics", timeout=10)
+        assert (scrape.status_code, scrape.text) == (200, "up 1\n")
+    finally:
+        for connection in connections:
+            connection.close()
+        port.stop()
 
 
 def limit_after_start(soft: int, hard: int, needed: int) -> tuple[int, str]:
