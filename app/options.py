@@ -123,6 +123,7 @@ def grpc_options(settings: Settings) -> GrpcOptions:
         http2_min_recv_ping_interval_without_data_ms=ping_interval,
         http2_max_ping_strikes=settings.grpc_http2_max_ping_strikes,
         max_connections=settings.max_grpc_connections,
+        max_calls=settings.max_grpc_calls,
         max_connection_idle_ms=round(settings.grpc_max_connection_idle_seconds * 1000),
         reuse_port=settings.grpc_reuse_port,
         tls=grpc_tls(settings),

@@ -111,3 +111,9 @@ class LimitFields(BaseSettings):
         ge=1,
         description="Open gRPC connections; more are closed as they open, until one ends.",
     )
+    max_grpc_calls: int = Field(
+        4096,
+        ge=1,
+        description="gRPC calls open at once, streams included, on all connections; more are "
+        "answered RESOURCE_EXHAUSTED.",
+    )

@@ -62,6 +62,8 @@ class GrpcOptions:
     max_connections: int = 4096
     """Connections past it are closed as they open: gRPC clients cannot take the open files
     that HTTP and the engines need."""
+    max_calls: int = 4096
+    """Calls open at once (an idle stream holds some 20 KB): more are RESOURCE_EXHAUSTED."""
     max_connection_idle_ms: int = 300_000
     """A connection without a call for this long gets a GOAWAY (a held slot is given back)."""
     tls: GrpcTls | None = None
@@ -116,7 +118,11 @@ class GrpcServer:
             options.log_prompts,
         )
         interceptors = [interceptor, TraceContextInterceptor()]
-        server = grpc.aio.server(interceptors=interceptors, options=options.channel_options())
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=options.channel_options(),
+            maximum_concurrent_rpcs=options.max_calls,
+        )
         inference = InferenceServicer(self._runtime, self._metrics, options.log_prompts)
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, server)
         health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(inference), server)

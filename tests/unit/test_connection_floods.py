@@ -7,23 +7,29 @@ limits need. (HTTP's own bounds: test_http_hardening.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import httpx
 import pytest
 import tritonclient.grpc as triton_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from app.launch.open_files import RESERVED_FILES
 from app.observability.metrics_server import MetricsHttpServer
 from app.paths import PROJECT_ROOT
+from tests.doubles import FakeEngine
 from tests.support.asgi import free_ports
 from tests.support.double_tritonserver import double_tritonserver
+from tests.support.triton_grpc import serve_grpc_app
 from tests.support.waiting import wait_for
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
@@ -114,6 +120,42 @@ def test_a_flood_of_grpc_connections_leaves_http_and_grpc_answering(
         assert server.stop() == 0
     console = server.console.read_text()
     assert "open-file limit" not in console, console
+
+
+async def stream_outcomes(address: str, count: int) -> list[grpc.StatusCode | None]:
+    """Open `count` ModelStreamInfer streams on one connection, each sending nothing: the
+    status each ended with at once (None: still open), before all are cancelled."""
+
+    async def silent() -> AsyncIterator[service_pb2.ModelInferRequest]:
+        await asyncio.Event().wait()
+        yield service_pb2.ModelInferRequest()
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = [stub.ModelStreamInfer(silent()) for _ in range(count)]
+        await asyncio.sleep(1)
+        outcomes = [await ended(call) for call in calls]
+        for call in calls:
+            call.cancel()
+        return outcomes
+
+
+async def ended(call: Any) -> grpc.StatusCode | None:
+    try:
+        return await asyncio.wait_for(asyncio.shield(call.code()), 0.05)
+    except asyncio.TimeoutError:
+        return None
+
+
+def test_idle_grpc_streams_past_the_call_limit_are_resource_exhausted(repository: Path) -> None:
+    """An idle stream holds some 20 KB of the server: one connection opening thousands of
+    them is bounded by MAX_GRPC_CALLS, and the server answers calls again once they end."""
+    with serve_grpc_app(repository, lambda spec: FakeEngine(), max_grpc_calls=50) as served:
+        outcomes = asyncio.run(stream_outcomes(served.grpc_url, 150))
+        assert outcomes.count(None) == 50, outcomes
+        assert outcomes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 100, outcomes
+        with triton_grpc.InferenceServerClient(served.grpc_url) as client:
+            assert wait_for(client.is_server_live, WAIT_S)
 
 
 def test_a_flood_of_metrics_port_connections_holds_neither_threads_nor_the_port() -> None:
