@@ -31,6 +31,7 @@ from tests.support.asgi import free_ports
 from tests.support.double_tritonserver import double_tritonserver
 from tests.support.triton_grpc import serve_grpc_app
 from tests.support.waiting import wait_for
+from tests.unit.test_tritonserver_double import flags
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
 """What a gRPC client sends first: HTTP/2's preface and an empty SETTINGS frame."""
@@ -85,25 +86,20 @@ def still_open(connection: socket.socket) -> bool:
 def test_a_flood_of_grpc_connections_leaves_http_and_grpc_answering(
     repository: Path, tmp_path: Path, descriptors: None
 ) -> None:
-    http, grpc, metrics = free_ports(3)
+    http, grpc_port, metrics = free_ports(3)
     limits = {
         "MAX_GRPC_CONNECTIONS": str(MAX_CONNECTIONS),
         "MAX_HTTP_CONNECTIONS": str(MAX_CONNECTIONS),
         "GRPC_MAX_CONNECTION_IDLE_SECONDS": str(IDLE_S),
     }
     with double_tritonserver(
-        f"--model-repository={repository}",
-        "--http-address=127.0.0.1",
-        f"--http-port={http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={grpc}",
-        f"--metrics-port={metrics}",
+        *flags(repository, http, grpc_port, metrics),
         console=tmp_path / "console.log",
         started="Started GRPCInferenceService at",
         env=limits,
         open_files=SERVER_FILES,
     ) as server:
-        connections = flood(("127.0.0.1", grpc), FLOOD)
+        connections = flood(("127.0.0.1", grpc_port), FLOOD)
         try:
             live = httpx.get(f"http://127.0.0.1:{http}/v2/health/live", timeout=10)
             assert live.status_code == 200
@@ -115,7 +111,7 @@ def test_a_flood_of_grpc_connections_leaves_http_and_grpc_answering(
         finally:
             for connection in connections:
                 connection.close()
-        with triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc}") as client:
+        with triton_grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_server_live()
         assert server.stop() == 0
     console = server.console.read_text()
