@@ -50,10 +50,16 @@ class AccessLogMiddleware:
 
 
 def request_id_from(scope: Scope) -> str | None:
-    """The client's X-Request-ID when it is a safe id (letters, digits, `._:+=/-`, at most
-    128 characters); anything else is replaced by a generated id."""
+    """The client's X-Request-ID when it is a safe id; anything else is replaced by a
+    generated id."""
     for name, value in scope.get("headers", []):
         if name == REQUEST_ID_HEADER.encode():
-            text = value.decode("latin-1").strip()
-            return text if SAFE_REQUEST_ID.fullmatch(text) else None
+            return safe_request_id(value.decode("latin-1"))
     return None
+
+
+def safe_request_id(value: str) -> str | None:
+    """`value` as a request id if it is a safe one (letters, digits, `._:+=/-`, at most 128
+    characters), else None."""
+    text = value.strip()
+    return text if SAFE_REQUEST_ID.fullmatch(text) else None

@@ -9,17 +9,19 @@ import enum
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 
 from app.core.limits import check_name
 from app.core.service import GenerationService
 from app.errors import InvalidRequestError, ModelUnavailableError, ServerError
+from app.http.access_log import REQUEST_ID_HEADER, safe_request_id
 from app.http.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, until_disconnect
 from app.http.errors import http_status
 from app.http.parsing import parsed
@@ -99,7 +101,11 @@ async def run(
             if serving is None:
                 raise ModelUnavailableError(f"Model '{target.model.name}' is not started")
             result = await serving.create(
-                endpoint, body, guard=guard, adapter=target.adapter, headers=context.request.headers
+                endpoint,
+                body,
+                guard=guard,
+                adapter=target.adapter,
+                headers=forwarded_headers(context.request.headers),
             )
             if isinstance(result, dict):
                 response = result
@@ -126,6 +132,17 @@ async def run(
         yield DONE
     elif response is not None:
         yield response
+
+
+def forwarded_headers(headers: Headers) -> Mapping[str, str]:
+    """The headers vLLM's serving code reads, without an X-Request-Id the access log would not
+    take either (vLLM names the request, and every chunk of its answer, by it)."""
+    request_id = headers.get(REQUEST_ID_HEADER)
+    if request_id is None or safe_request_id(request_id) is not None:
+        return headers
+    forwarded = headers.mutablecopy()
+    del forwarded[REQUEST_ID_HEADER]
+    return forwarded
 
 
 def failure_frame(endpoint: OpenAIEndpoint, exc: ServerError, sent: int) -> str:

@@ -8,18 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.limits import RequestLimits, check_count, check_sampling, count_prompts, integer
+from app.core.limits import (
+    MAX_NAME_LENGTH,
+    RequestLimits,
+    check_count,
+    check_sampling,
+    count_prompts,
+    integer,
+)
 from app.errors import InvalidRequestError
 
 __all__ = ["check_body"]
 
 PROMPT_FIELD = "prompt"
+REQUEST_ID_FIELD = "request_id"
 
 
 def check_body(body: dict[str, Any], limits: RequestLimits, max_tokens: str) -> None:
     """Refuse, naming the field, a body above the server's limits: `best_of`, `n`, the
-    `max_tokens` field, stop strings, token-id lists, grammars and prompt batches."""
+    `max_tokens` field, stop strings, token-id lists, grammars, prompt batches and the
+    request's id."""
     check_best_of(body.get("best_of"))
+    check_request_id(body.get(REQUEST_ID_FIELD))
     check_sampling(body, limits, max_tokens_field=max_tokens)
     check_count(PROMPT_FIELD, count_prompts(body.get(PROMPT_FIELD)), limits.max_prompts)
 
@@ -31,4 +41,15 @@ def check_best_of(value: Any) -> None:
         raise InvalidRequestError(
             "best_of: not supported (the engine returns every choice it samples): use n",
             param="best_of",
+        )
+
+
+def check_request_id(value: Any) -> None:
+    """vLLM names the request by the body's `request_id`, and repeats it in every chunk of
+    the answer: one longer than a name is refused, naming it."""
+    if isinstance(value, str) and len(value) > MAX_NAME_LENGTH:
+        raise InvalidRequestError(
+            f"{REQUEST_ID_FIELD}: an id of {len(value)} characters is longer than "
+            f"{MAX_NAME_LENGTH}",
+            param=REQUEST_ID_FIELD,
         )

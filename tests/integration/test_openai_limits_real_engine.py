@@ -150,6 +150,20 @@ def test_server_limits_name_the_field(limited: RunningServer) -> None:
     assert openai_error(httpx.post(url, json=body, headers=AUTH), 400)["param"] == "n"
 
 
+def test_request_ids_are_bounded_and_an_unsafe_header_is_not_vllms(limited: RunningServer) -> None:
+    """vLLM names the request, and every chunk of its answer, by the body's request_id or the
+    X-Request-Id header: a long id is refused naming it, an unsafe header is left out."""
+    url = f"{limited.base_url}/v1/completions"
+    body = {"model": MODEL, "prompt": "Hi", "max_tokens": 2}
+    long_id = httpx.post(url, json={**body, "request_id": "x" * 300}, headers=AUTH, timeout=60)
+    assert openai_error(long_id, 400)["param"] == "request_id"
+    unsafe = "y" * 2000
+    left_out = httpx.post(url, json=body, headers={**AUTH, "X-Request-Id": unsafe}, timeout=60)
+    assert left_out.status_code == 200 and unsafe not in left_out.text
+    named = httpx.post(url, json=body, headers={**AUTH, "X-Request-Id": "client-7"}, timeout=60)
+    assert named.json()["id"] == "cmpl-client-7"
+
+
 def short(body: object) -> None:
     """At most 8 new tokens per generated body, so that each one answers in well under the
     timeout (whose 504 is the server's policy, not a failure)."""

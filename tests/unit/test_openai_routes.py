@@ -87,6 +87,21 @@ def test_request_headers_reach_the_model_api(client: TestClient, engine: FakeEng
     assert headers["x-request-id"] == "abc" and headers["traceparent"] == "00-1-2-01"
 
 
+def test_an_unsafe_request_id_header_does_not_reach_the_model_api(
+    client: TestClient, engine: FakeEngine
+) -> None:
+    """vLLM names the request, and each chunk of its answer, by X-Request-Id: one the access
+    log would not take (over 128 characters, or other than `._:+=/-` and alphanumerics) is
+    left out, and vLLM names the request itself."""
+    for unsafe in ("x" * 129, "a b"):
+        answer = client.post("/v1/completions", json=COMPLETION, headers={"X-Request-Id": unsafe})
+        assert answer.status_code == 200
+    assert ["x-request-id" in call["headers"] for call in engine.openai_serving.calls] == [
+        False,
+        False,
+    ]
+
+
 def test_openapi_documents_the_v1_routes(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     operations = {
