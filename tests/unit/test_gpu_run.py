@@ -26,7 +26,9 @@ if "--fail" in sys.argv:
 open(raw + ".ready", "w").close()
 for line in sys.stdin:
     tag = line.strip()
-    json.dump([{"c": 1, "tok_s": 10.0, "tag": tag}], open(raw + "." + tag + ".json", "w"))
+    with open(raw + "." + tag + ".part", "w") as part:  # then renamed, as loadgen.py does
+        json.dump([{"c": 1, "tok_s": 10.0, "tag": tag}], part)
+    os.replace(raw + "." + tag + ".part", raw + "." + tag + ".json")
 """
 
 
@@ -41,10 +43,12 @@ def fake_engine(tmp_path: Path, *extra: str) -> EngineSession:
 
 def test_the_engine_of_a_together_run_is_kept_for_every_round(tmp_path: Path) -> None:
     engine = fake_engine(tmp_path)
-    assert engine.wait_ready(timeout=30) < 30
-    assert engine.round("r0", timeout=30) == [{"c": 1, "tok_s": 10.0, "tag": "r0"}]
-    assert engine.round("r1", timeout=30)[0]["tag"] == "r1"
-    engine.stop()
+    try:
+        assert engine.wait_ready(timeout=30) < 30
+        assert engine.round("r0", timeout=30) == [{"c": 1, "tok_s": 10.0, "tag": "r0"}]
+        assert engine.round("r1", timeout=30)[0]["tag"] == "r1"
+    finally:
+        engine.stop()
     assert engine.process.returncode == 0
 
 
