@@ -179,12 +179,12 @@ def check_count(field: str, count: int, limit: int | None, what: str = "items") 
         )
 
 
-def check_name(field: str, name: str | None) -> None:
-    """Refuse a name too long to be one the server serves (before any lookup or message
-    repeats it)."""
+def check_name(field: str, name: str | None, what: str = "a name") -> None:
+    """Refuse a name (or an id, `what`) too long to be one the server serves or repeats
+    (before any lookup, message or response repeats it)."""
     if name is not None and len(name) > MAX_NAME_LENGTH:
         raise InvalidRequestError(
-            f"{field}: a name of {len(name)} characters is longer than {MAX_NAME_LENGTH}",
+            f"{field}: {what} of {len(name)} characters is longer than {MAX_NAME_LENGTH}",
             param=field,
         )
 

@@ -9,11 +9,13 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from app.core.limits import check_name
 from app.errors import InvalidRequestError
 from app.grpc.tensors import INPUTS, decode_inputs
 from app.triton.inputs import SAMPLING_PARAMETERS, Schedule
 from app.triton.tensors import OUTPUT_NAMES
 
+ID_FIELD = "id"
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 """Request parameters of Triton's sequence batcher (which a decoupled model has none of):
@@ -42,7 +44,9 @@ class GrpcRequest:
 
 def read_request(request: service_pb2.ModelInferRequest) -> GrpcRequest:
     """The request's inputs and parameters; a bad tensor or parameter, or an unknown output,
-    is an `InvalidRequestError` naming it."""
+    is an `InvalidRequestError` naming it, and so is an id too long to repeat in every
+    response."""
+    check_name(ID_FIELD, request.id, "an id")
     parameters, empty_final = request_parameters(request)
     schedule = schedule_of(request)
     tensors = decode_inputs(request)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2
 
+from app.core.limits import MAX_NAME_LENGTH
 from app.core.types import GenerationChunk
 from app.grpc.tensors import encode_output
 from app.triton.outputs import ResponseBuilder
@@ -69,6 +70,12 @@ def error_response(
     and model, and the final flag; the stream goes on."""
     message = service_pb2.ModelStreamInferResponse(error_message=text)
     infer = message.infer_response
-    infer.id, infer.model_name = request.id, request.model_name
+    infer.id, infer.model_name = echoed_id(request), request.model_name
     infer.model_version = model_version or request.model_version
     return mark_final(message)
+
+
+def echoed_id(request: service_pb2.ModelInferRequest) -> str:
+    """The request's id as its responses and its access-log line repeat it (Triton echoes it
+    in every response); one too long to repeat (`read_request` refuses it) is not."""
+    return request.id if len(request.id) <= MAX_NAME_LENGTH else ""

@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2
 from app.errors import ServerError
 from app.grpc.observe import ACCESS_LOG_METHOD, GrpcMetrics
 from app.grpc.requests import read_request
-from app.grpc.responses import StreamResponses, error_response, mark_final
+from app.grpc.responses import StreamResponses, echoed_id, error_response, mark_final
 from app.grpc.status import status_code
 from app.observability.access_log import RequestLog, write_access_log
 from app.runtime import Runtime
@@ -95,7 +95,9 @@ class StreamSession:
         """One request: its responses, or its error as a response; one access-log line and
         one count by the status it ended with (a request of a cancelled call: CANCELLED)."""
         log = RequestLog(
-            request_id=request.id or uuid.uuid4().hex, method=ACCESS_LOG_METHOD, path=STREAM_METHOD
+            request_id=echoed_id(request) or uuid.uuid4().hex,
+            method=ACCESS_LOG_METHOD,
+            path=STREAM_METHOD,
         )
         code = grpc.StatusCode.INTERNAL
         try:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.limits import (
-    MAX_NAME_LENGTH,
     RequestLimits,
     check_count,
+    check_name,
     check_sampling,
     count_prompts,
     integer,
@@ -47,9 +47,5 @@ def check_best_of(value: Any) -> None:
 def check_request_id(value: Any) -> None:
     """vLLM names the request by the body's `request_id`, and repeats it in every chunk of
     the answer: one longer than a name is refused, naming it."""
-    if isinstance(value, str) and len(value) > MAX_NAME_LENGTH:
-        raise InvalidRequestError(
-            f"{REQUEST_ID_FIELD}: an id of {len(value)} characters is longer than "
-            f"{MAX_NAME_LENGTH}",
-            param=REQUEST_ID_FIELD,
-        )
+    if isinstance(value, str):
+        check_name(REQUEST_ID_FIELD, value, "an id")

@@ -212,6 +212,7 @@ def test_bad_requests_do_not_break_the_stream(client: triton_grpc.InferenceServe
         ),
         vllm_request("Hi", "bad-model", False, GREEDY_STRINGS, "nope"),
         vllm_request("Hi", "bad-value", False, {"max_tokens": "99999"}, MODEL),
+        vllm_request("Hi", "i" * 257, True, GREEDY_STRINGS, MODEL, exclude_input_in_output=True),
         vllm_request("Hi", "good", True, GREEDY_STRINGS, MODEL, exclude_input_in_output=True),
     ]
     results = stream_results(client, requests)
@@ -220,6 +221,7 @@ def test_bad_requests_do_not_break_the_stream(client: triton_grpc.InferenceServe
         "Error generating stream: When streaming, "
         "`exclude_input_in_output` = False is not allowed.",
         "Request for unknown model: 'nope' is not found",
+        "id: an id of 257 characters is longer than 256",
         "parameters.max_tokens: 99999 is above the model's context length of 2048 tokens",
     ]
     good = by_id([r for r in results if r[1] is None])["good"]

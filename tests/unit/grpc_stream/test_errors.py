@@ -9,6 +9,8 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.grpc import service_pb2
 
+from app.core.limits import MAX_NAME_LENGTH
+from tests.doubles import FakeEngine
 from tests.support.triton_grpc import (
     GrpcApp,
     by_id,
@@ -129,3 +131,30 @@ async def test_bad_tensors_get_triton_core_errors_per_request(
         and error.infer_response.parameters["triton_final_response"].bool_param
     )
     assert [r.infer_response.id for r in responses if not r.error_message] == ["ok"]
+
+
+async def test_an_id_too_long_to_repeat_is_refused_naming_it_and_not_echoed(
+    served: GrpcApp, engine: FakeEngine
+) -> None:
+    """Triton repeats a request's id in every response of its stream: an id of megabytes
+    would be copied into each token's response. One longer than a name is refused before
+    the engine is asked, and its error response does not repeat it; the longest allowed id
+    is served and echoed."""
+    import grpc.aio
+    from tritonclient.grpc import service_pb2_grpc
+
+    too_long, longest = "i" * (MAX_NAME_LENGTH + 1), "j" * MAX_NAME_LENGTH
+    stream = ("BOOL", [1], b"\x01")
+    requests = [raw_request(too_long, text_input=TEXT, stream=stream)]
+    requests.append(raw_request(longest, text_input=TEXT, stream=stream))
+    async with grpc.aio.insecure_channel(served.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = [r async for r in stub.ModelStreamInfer(iter(requests))]
+    [error] = [r for r in responses if r.error_message]
+    assert error.error_message == (
+        f"id: an id of {MAX_NAME_LENGTH + 1} characters is longer than {MAX_NAME_LENGTH}"
+    )
+    assert error.infer_response.id == ""
+    served_ids = {r.infer_response.id for r in responses if not r.error_message}
+    assert served_ids == {longest}
+    assert len(engine.requests) == 1
