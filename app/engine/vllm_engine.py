@@ -34,6 +34,7 @@ from app.engine.resuming_client import ResumingRequest, can_migrate
 from app.engine.routing_signals import SignalSource
 from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
+from app.engine.vllm_openai.acceptance import acceptance_key
 from app.engine.vllm_openai.accepting_llm import AcceptingAsyncLLM
 from app.engine.vllm_openai.options import engine_reasoning_parser, openai_options
 from app.engine.vllm_openai.serving import EngineRequests, VllmOpenAIServing, check_tool_options
@@ -338,8 +339,9 @@ class VllmEngine:
         lora = None
         if request.lora is not None:
             lora = LoRARequest(request.lora.name, request.lora.int_id, str(request.lora.path))
+        accepted = acceptance_key(request.request_id, prompt)
         if request.on_accepted is not None:
-            self._llm.on_accepted[request.request_id] = request.on_accepted
+            self._llm.on_accepted[accepted] = request.on_accepted
         schedule = {"priority": request.priority} if self._schedules_by_priority() else {}
         request_id = request.request_id
         outputs = self.outputs(
@@ -365,7 +367,7 @@ class VllmEngine:
             raise ServerError(f"Error generating stream: {cause}") from exc
         finally:
             if self._llm is not None:
-                self._llm.on_accepted.pop(request.request_id, None)
+                self._llm.on_accepted.pop(accepted, None)
             await outputs.aclose()
 
 

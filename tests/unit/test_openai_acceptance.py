@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
-from app.engine.vllm_openai.acceptance import Acceptances, begun
+from app.engine.vllm_openai.acceptance import AcceptanceKey, Acceptances, acceptance_key, begun
 
 
 class ScriptedLLM:
@@ -18,7 +18,7 @@ class ScriptedLLM:
     `add_request` returned."""
 
     def __init__(self) -> None:
-        self.on_accepted: dict[str, object] = {}
+        self.on_accepted: dict[AcceptanceKey, object] = {}
         self.closed: list[str] = []
 
     async def generate(
@@ -28,7 +28,7 @@ class ScriptedLLM:
             await asyncio.sleep(taking)
             if refusal is not None:
                 raise refusal
-            accepted = self.on_accepted.pop(request_id)
+            accepted = self.on_accepted.pop(key(request_id))
             accepted()  # type: ignore[operator]
             for token in range(3):
                 await asyncio.sleep(0.01)
@@ -51,7 +51,7 @@ def stream_of(
 ) -> tuple[Acceptances, AsyncGenerator[str, None]]:
     acceptances = Acceptances(llm)
     outputs = [
-        acceptances.watch(f"r{i}", llm.generate(f"r{i}", refusal), streaming=True)
+        acceptances.watch(key(f"r{i}"), llm.generate(f"r{i}", refusal), streaming=True)
         for i, refusal in enumerate(refusals)
     ]
 
@@ -84,17 +84,17 @@ async def test_a_refusal_ends_a_stream_quietly_and_reaches_whole_responses() -> 
     a whole response's own reading meets it as before."""
     llm = ScriptedLLM()
     acceptances = Acceptances(llm)
-    refused = acceptances.watch("r0", llm.generate("r0", ValueError("no")), streaming=True)
+    refused = acceptances.watch(key("r0"), llm.generate("r0", ValueError("no")), streaming=True)
     assert [frame async for frame in serving_stream(refused)] == []
     assert isinstance(acceptances.refusal(), ValueError)
-    whole = Acceptances(llm).watch("r1", llm.generate("r1", ValueError("no")), streaming=False)
+    whole = Acceptances(llm).watch(key("r1"), llm.generate("r1", ValueError("no")), streaming=False)
     assert [frame async for frame in serving_stream(whole)] == ["error: no"]
 
 
 async def test_a_client_gone_while_the_stream_begins_closes_it() -> None:
     llm = ScriptedLLM()
     acceptances = Acceptances(llm)
-    slow = acceptances.watch("r0", llm.generate("r0", taking=30), streaming=True)
+    slow = acceptances.watch(key("r0"), llm.generate("r0", taking=30), streaming=True)
     starting = asyncio.ensure_future(begun(serving_stream(slow), acceptances))
     await asyncio.sleep(0.05)
     starting.cancel()
@@ -108,3 +108,11 @@ async def test_without_engine_requests_the_stream_begins_at_once() -> None:
         yield "only"
 
     assert [frame async for frame in await begun(frames(), Acceptances(ScriptedLLM()))] == ["only"]
+
+
+def key(request_id: str) -> AcceptanceKey:
+    """The scripted engine's requests, each known by its id (and the one prompt all share)."""
+    return acceptance_key(request_id, PROMPT)
+
+
+PROMPT = {"prompt": "x"}

@@ -20,6 +20,7 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.vllm_engine import VllmEngine
+from app.engine.vllm_openai.acceptance import AcceptanceKey, acceptance_key
 from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import (
     ChatCompletionRequest,
@@ -194,13 +195,13 @@ class FakeLLM:
         self.model_config = SimpleNamespace(max_model_len=2048)
         self.started: list[str] = []
         self.closed: list[str] = []
-        self.on_accepted: dict[str, Any] = {}
+        self.on_accepted: dict[AcceptanceKey, Any] = {}
 
     async def engine_generate(
         self, prompt: Any, params: SamplingParams, request_id: str, **kwargs: Any
     ) -> AsyncIterator[Any]:
         self.started.append(request_id)
-        accepted = self.on_accepted.pop(request_id, None)
+        accepted = self.on_accepted.pop(acceptance_key(request_id, prompt), None)
         if accepted is not None:
             accepted()
         try:

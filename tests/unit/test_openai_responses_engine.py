@@ -21,6 +21,7 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
 from app.engine.vllm_openai import responses as openai_responses
+from app.engine.vllm_openai.acceptance import AcceptanceKey, acceptance_key
 from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import ResponsesRequest
 from app.engine.vllm_openai.guarded_request import EngineRequests, GuardedRequest
@@ -128,7 +129,7 @@ class AcceptingLLM:
         self, steps: int = 2, delay: float = 0.0, refusal: Exception | None = None
     ) -> None:
         self.steps, self.delay, self.refusal = steps, delay, refusal
-        self.on_accepted: dict[str, Callable[[], None]] = {}
+        self.on_accepted: dict[AcceptanceKey, Callable[[], None]] = {}
         self.accepted: list[str] = []
 
     async def engine_generate(
@@ -137,7 +138,7 @@ class AcceptingLLM:
         await asyncio.sleep(0)
         if self.refusal is not None:
             raise self.refusal
-        self.on_accepted.pop(request_id)()
+        self.on_accepted.pop(acceptance_key(request_id, prompt))()
         self.accepted.append(request_id)
         for step in range(self.steps):
             await asyncio.sleep(self.delay)

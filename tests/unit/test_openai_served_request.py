@@ -19,6 +19,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from app.core.guard import RequestGuard
 from app.core.limits import RequestLimits
+from app.engine.vllm_openai.acceptance import acceptance_key
 from app.engine.vllm_openai.accepting_llm import AcceptingAsyncLLM
 from app.engine.vllm_openai.guarded_request import EngineRequests
 from app.engine.vllm_openai.serving import VllmOpenAIServing
@@ -44,7 +45,7 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> AcceptingAsyncLLM:
         self: Any, prompt: Any, params: Any, request_id: str, **kwargs: Any
     ) -> AsyncGenerator[Any, None]:
         self.started.append(request_id)
-        accepted = self.on_accepted.pop(request_id, None)
+        accepted = self.on_accepted.pop(acceptance_key(request_id, prompt), None)
         if accepted is not None:
             accepted()
         for step in range(2):

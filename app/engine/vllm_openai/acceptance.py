@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Acceptances", "begun"]
+__all__ = ["AcceptanceKey", "Acceptances", "acceptance_key", "begun"]
+
+AcceptanceKey = tuple[str, int]
+
+
+def acceptance_key(request_id: str, prompt: object) -> AcceptanceKey:
+    """What the engine's taking of one engine request is told by: its id and its prompt (the
+    object itself). Requests a client gave the same id (`X-Request-Id`) share vLLM's id,
+    never a prompt, so that one's acceptance cannot be taken for another's."""
+    return request_id, id(prompt)
 
 
 class Acceptances:
@@ -26,19 +35,19 @@ class Acceptances:
         self._futures: list[asyncio.Future[None]] = []
 
     def watch(
-        self, request_id: str, outputs: AsyncIterator[T], streaming: bool
+        self, key: AcceptanceKey, outputs: AsyncIterator[T], streaming: bool
     ) -> AsyncGenerator[T, None]:
-        """`outputs` of the engine request `request_id`, its acceptance watched. Streaming, a
+        """`outputs` of the engine request `key` names, its acceptance watched. Streaming, a
         refusal ends them quietly: `begun` raises it (vLLM's stream would log it as a crash)."""
         acceptance: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         acceptance.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._futures.append(acceptance)
-        self._llm.on_accepted[request_id] = lambda: settle(acceptance)
-        return self._watched(request_id, outputs, acceptance, streaming)
+        self._llm.on_accepted[key] = lambda: settle(acceptance)
+        return self._watched(key, outputs, acceptance, streaming)
 
     async def _watched(
         self,
-        request_id: str,
+        key: AcceptanceKey,
         outputs: AsyncIterator[T],
         acceptance: asyncio.Future[None],
         streaming: bool,
@@ -53,7 +62,7 @@ class Acceptances:
             if not (refused and streaming):
                 raise
         finally:
-            self._llm.on_accepted.pop(request_id, None)
+            self._llm.on_accepted.pop(key, None)
             if not acceptance.done():
                 acceptance.cancel()
             aclose = getattr(outputs, "aclose", None)

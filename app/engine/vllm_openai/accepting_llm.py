@@ -10,18 +10,20 @@ from typing import Any
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from app.engine.vllm_openai.acceptance import AcceptanceKey, acceptance_key
 from app.engine.vllm_openai.guarded_request import SERVED_REQUEST
 
 
 class AcceptingAsyncLLM(AsyncLLM):
-    """`AsyncLLM` that calls the callback registered for a request id in `on_accepted` once
-    `add_request` has returned: the prompt processed and checked, the request handed to the
-    engine core. (`generate` calls `add_request` first, in vLLM 0.25 as in 0.32.) Errors
-    before that are the request's own: a prompt too long, a parameter the model cannot use."""
+    """`AsyncLLM` that calls the callback registered for a request in `on_accepted` (by
+    `acceptance_key`: its id and its prompt) once `add_request` has returned: the prompt
+    processed and checked, the request handed to the engine core. (`generate` calls
+    `add_request` first, in vLLM 0.25 as in 0.32.) Errors before that are the request's own:
+    a prompt too long, a parameter the model cannot use."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.on_accepted: dict[str, Callable[[], None]] = {}
+        self.on_accepted: dict[AcceptanceKey, Callable[[], None]] = {}
 
     def generate(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """An engine request vLLM's serving code asks for (its objects hold this engine): run
@@ -36,12 +38,12 @@ class AcceptingAsyncLLM(AsyncLLM):
         OpenAI request's guarded ones, a resumed request) whatever the context."""
         return super().generate(*args, **kwargs)
 
-    async def add_request(self, request_id: str, *args: Any, **kwargs: Any) -> Any:
-        collector = await super().add_request(request_id, *args, **kwargs)
+    async def add_request(self, request_id: str, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        collector = await super().add_request(request_id, prompt, *args, **kwargs)
         if self.errored:
             fail_taken_by_dead_engine(collector)
             return collector
-        accepted = self.on_accepted.pop(request_id, None)
+        accepted = self.on_accepted.pop(acceptance_key(request_id, prompt), None)
         if accepted is not None:
             accepted()
         return collector

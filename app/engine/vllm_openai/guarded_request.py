@@ -19,7 +19,7 @@ from vllm.sampling_params import RequestOutputKind
 from app.core.guard import OutputReading, RequestGuard
 from app.engine.grammars import ENGINE_ERROR, failure_of, grammar_check
 from app.engine.timeline import engine_timeline
-from app.engine.vllm_openai.acceptance import Acceptances
+from app.engine.vllm_openai.acceptance import Acceptances, acceptance_key
 from app.errors import InvalidRequestError, ServerError
 
 __all__ = [
@@ -102,7 +102,7 @@ class GuardedRequest:
         else:
             outputs = self._generate(admitted, prompt, sampling_params, request_id, *args, **kwargs)
         streaming = getattr(sampling_params, "output_kind", None) == RequestOutputKind.DELTA
-        outputs = self.acceptances.watch(request_id, outputs, streaming)
+        outputs = self.acceptances.watch(acceptance_key(request_id, prompt), outputs, streaming)
         if getattr(sampling_params, "structured_outputs", None) is not None:
             check = asyncio.ensure_future(grammar_check(self._llm).check(sampling_params, ""))
             check.add_done_callback(lambda done: done.cancelled() or done.exception())
