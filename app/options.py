@@ -58,6 +58,7 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_images=settings.max_images,
         max_image_pixels=settings.max_image_pixels,
         max_prompts=settings.max_prompts,
+        max_repetition_pattern=settings.max_repetition_pattern,
     )
 
 

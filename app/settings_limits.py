@@ -54,6 +54,12 @@ class LimitFields(BaseSettings):
         4096 * 4096, ge=1, description="Pixels of one image (width x height)."
     )
     max_prompts: int = Field(64, ge=1, description="Prompts of one OpenAI completions request.")
+    max_repetition_pattern: int = Field(
+        256,
+        ge=0,
+        description="Largest repetition_detection.max_pattern_size a request may ask (the "
+        "engine tries each pattern size up to it at every step).",
+    )
     request_timeout_seconds: float | None = Field(
         None, gt=0, description="Abort requests running longer than this."
     )

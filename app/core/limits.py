@@ -34,6 +34,9 @@ FORCED_TOOL_CHOICES = ("required",)
 """An OpenAI `tool_choice` that makes the tools' parameters a grammar (as a named tool does)."""
 TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids", "logit_bias", "logprob_token_ids")
 """Lists (or maps) of token ids."""
+REPETITION_FIELD = "repetition_detection"
+"""vLLM's search of the output for a repeated pattern, at every step, of each size up to
+its `max_pattern_size` (each size costs a pass of Python, until the output is too short)."""
 MAX_NAME_LENGTH = 256
 """Model, version and LoRA adapter names longer than this name nothing the server serves."""
 
@@ -56,6 +59,8 @@ class RequestLimits:
     max_image_pixels: int | None = 4096 * 4096
     max_prompts: int | None = 64
     """Prompts of one OpenAI completions request (each is an engine request)."""
+    max_repetition_pattern: int | None = 256
+    """`repetition_detection.max_pattern_size`: pattern sizes the engine tries at every step."""
 
 
 def check_context(request: ValidRequest, engine: InferenceEngine) -> None:
@@ -77,8 +82,8 @@ def check_sampling(
     max_tokens_field: str = "max_tokens",
 ) -> None:
     """Refuse, naming the field (under `where`), a sampling value above the server's limits:
-    `n`, `max_tokens` (or `max_tokens_field`), and the length of every list the engine
-    works through at each step. Values of the wrong type are left to the schema."""
+    `n`, `max_tokens` (or `max_tokens_field`), and the length of every list or search the
+    engine works through at each step. Values of the wrong type are left to the schema."""
     prefix = f"{where}." if where else ""
     check_limits(
         {
@@ -87,6 +92,10 @@ def check_sampling(
                 limits.max_tokens,
             ),
             f"{prefix}n": (integer(sampling.get("n")), limits.max_n),
+            f"{prefix}{REPETITION_FIELD}.max_pattern_size": (
+                max_pattern_size(sampling.get(REPETITION_FIELD)),
+                limits.max_repetition_pattern,
+            ),
         }
     )
     stops = sum(count_of(sampling.get(name)) for name in STOP_FIELDS)
@@ -100,6 +109,14 @@ def check_sampling(
     )
     grammar = grammar_fields(sampling)
     check_bytes(prefix, sampling, grammar, limits.max_grammar_bytes, "the grammar is")
+
+
+def max_pattern_size(repetition: Any) -> int | None:
+    """`repetition_detection`'s largest pattern size, as sent (a JSON object) or as vLLM
+    read it (its `RepetitionDetectionParams`)."""
+    if isinstance(repetition, Mapping):
+        return integer(repetition.get("max_pattern_size"))
+    return integer(getattr(repetition, "max_pattern_size", None))
 
 
 def grammar_fields(sampling: Mapping[str, Any]) -> tuple[str, ...]:

@@ -16,6 +16,19 @@ ENGINE_MAX_TOKENS = 16
 """vLLM's `SamplingParams` default: the new tokens a request that sets none asks."""
 
 
+class RepetitionDetection(BaseModel):
+    """vLLM's `RepetitionDetectionParams`: the output ends once its last pattern of
+    `min_pattern_size` to `max_pattern_size` tokens stands `min_count` times in a row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_pattern_size: int = Field(
+        0, ge=0, le=INT32_MAX, description="0: off; at most MAX_REPETITION_PATTERN."
+    )
+    min_pattern_size: int = Field(0, ge=0, le=INT32_MAX)
+    min_count: int = Field(0, ge=0, le=INT32_MAX)
+
+
 class SamplingParameters(BaseModel):
     """vLLM `SamplingParams` fields, plus the backend's own `stream` and `lora_name`.
 
@@ -73,6 +86,9 @@ class SamplingParameters(BaseModel):
     )
     guided_decoding: StructuredOutputs | None = Field(
         None, description="Older name of structured_outputs, as the backend accepts it."
+    )
+    repetition_detection: RepetitionDetection | None = Field(
+        None, description="End the output once a pattern of tokens repeats."
     )
 
 

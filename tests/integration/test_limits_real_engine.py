@@ -131,6 +131,11 @@ FAR_ABOVE: list[tuple[str, dict[str, Any], str]] = [
         "bad_words: stop strings and bad words are over this server's limit of 16384 bytes",
     ),
     (
+        "repetition_detection",
+        {"repetition_detection": {"max_pattern_size": 10**9, "min_count": 2}},
+        "repetition_detection.max_pattern_size: 1000000000 is above this server's limit of 256",
+    ),
+    (
         "choice",
         {"structured_outputs": {"choice": [f"option {i}" for i in range(100_000)]}},
         "structured_outputs: the grammar is over this server's limit of 65536 bytes",

@@ -73,6 +73,12 @@ TABLE = [
         "logit_bias", {"logit_bias": {str(i): 1.0 for i in range(MANY)}}, "logit_bias", f"{MANY}"
     ),
     OverLimit(
+        "repetition_detection",
+        {"repetition_detection": {"max_pattern_size": 10**9, "min_count": 2}},
+        "repetition_detection.max_pattern_size",
+        "1000000000 is above this server's limit of 256",
+    ),
+    OverLimit(
         "grammar",
         {"structured_outputs": {"choice": [f"option {i}" for i in range(MANY)]}},
         "structured_outputs",

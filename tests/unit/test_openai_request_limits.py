@@ -94,12 +94,28 @@ OPENAI_CASES = [
     ("prompt_logprobs", {"prompt_logprobs": 10**9}, "prompt_logprobs: 1000000000 is above"),
     ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
     (
+        "repetition_detection",
+        {"repetition_detection": {"max_pattern_size": 10**9, "min_count": 2}},
+        "repetition_detection.max_pattern_size: 1000000000 is above this server's limit of 256",
+    ),
+    (
+        "repetition_detection_as_text",
+        {"repetition_detection": {"max_pattern_size": "1000000000", "min_count": 2}},
+        "repetition_detection.max_pattern_size: 1000000000 is above",
+    ),
+    (
         "request_id",
         {"request_id": "x" * 7_000_000},
         "request_id: an id of 7000000 characters is longer than 256",
     ),
 ]
-ENGINE_CHECKED = {"logprobs", "top_logprobs", "prompt_logprobs", "n_as_text"}
+ENGINE_CHECKED = {
+    "logprobs",
+    "top_logprobs",
+    "prompt_logprobs",
+    "n_as_text",
+    "repetition_detection_as_text",
+}
 """Cases the engine adapter refuses: the model's bound on log probabilities, and a value
 as vLLM reads it."""
 OPENAI_BODIES: dict[OpenAIEndpoint, dict[str, Any]] = {

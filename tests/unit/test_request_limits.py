@@ -113,6 +113,11 @@ CASES = [
         "parameters.logprob_token_ids: ",
     ),
     LimitCase(
+        "repetition_detection_as_text",
+        lambda many: {"repetition_detection": {"max_pattern_size": "1000000000", "min_count": "2"}},
+        "parameters.repetition_detection.max_pattern_size: 1000000000 is above",
+    ),
+    LimitCase(
         "stop_bytes",
         lambda many: {"stop": ["x" * many * 10]},
         "parameters.stop: stop strings and bad words are over this server's limit of 16384",

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.core.limits import (
+    REPETITION_FIELD,
     STOP_FIELDS,
     TOKEN_ID_FIELDS,
     check_count,
@@ -23,7 +24,7 @@ from app.engine.vllm_openai.bodies import parse
 from app.errors import InvalidRequestError
 
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-LIMITED_FIELDS = ("n", *STOP_FIELDS, *TOKEN_ID_FIELDS)
+LIMITED_FIELDS = ("n", REPETITION_FIELD, *STOP_FIELDS, *TOKEN_ID_FIELDS)
 """Fields of vLLM's request models that `check_sampling` bounds by their value or length
 (besides max_tokens), read from the limit table's own lists."""
 
