@@ -163,6 +163,24 @@ def test_stop_string_ends_the_output(http: httpx.Client) -> None:
     assert free["text_output"].startswith(stopped["text_output"])
 
 
+def test_repetition_detection_within_the_limit_ends_a_repeating_output(
+    http: httpx.Client,
+) -> None:
+    """Two allowed tokens at temperature 0 repeat one: with `repetition_detection` (sizes as
+    text too, as Triton clients send them) the output ends once a pattern stands 3 times."""
+    params = {"temperature": 0, "max_tokens": 40, "allowed_token_ids": [28, 29]}
+    body = {"text_input": "Say hello", "exclude_input_in_output": True}
+    outputs = {"return_finish_reason": True, "return_num_output_tokens": True}
+    detection = {"max_pattern_size": "256", "min_count": "3"}
+    ended = http.post(
+        GENERATE,
+        json={**body, **outputs, "parameters": {**params, "repetition_detection": detection}},
+    ).json()
+    free = http.post(GENERATE, json={**body, **outputs, "parameters": params}).json()
+    assert (free["finish_reason"], free["num_output_tokens"]) == ("length", 40)
+    assert ended["finish_reason"] == "repetition" and ended["num_output_tokens"] < 40, ended
+
+
 @pytest.mark.parametrize(
     ("route", "body", "message"),
     [
