@@ -58,6 +58,9 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_images=settings.max_images,
         max_image_pixels=settings.max_image_pixels,
         max_prompts=settings.max_prompts,
+        max_messages=settings.max_messages,
+        max_content_parts=settings.max_content_parts,
+        max_tools=settings.max_tools,
         max_repetition_pattern=settings.max_repetition_pattern,
     )
 

@@ -54,6 +54,18 @@ class LimitFields(BaseSettings):
         4096 * 4096, ge=1, description="Pixels of one image (width x height)."
     )
     max_prompts: int = Field(64, ge=1, description="Prompts of one OpenAI completions request.")
+    max_messages: int = Field(
+        2048,
+        ge=1,
+        description="Messages of one OpenAI conversation (chat's messages, the Responses "
+        "API's input items), as OpenAI's API bounds them.",
+    )
+    max_content_parts: int = Field(
+        4096, ge=0, description="Content parts of one OpenAI conversation's messages together."
+    )
+    max_tools: int = Field(
+        128, ge=0, description="Tools one OpenAI request may offer, as OpenAI's API bounds them."
+    )
     max_repetition_pattern: int = Field(
         256,
         ge=0,

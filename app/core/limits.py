@@ -59,6 +59,13 @@ class RequestLimits:
     max_image_pixels: int | None = 4096 * 4096
     max_prompts: int | None = 64
     """Prompts of one OpenAI completions request (each is an engine request)."""
+    max_messages: int | None = 2048
+    """Messages of one OpenAI conversation (chat's `messages`, the Responses API's `input`
+    items), as OpenAI's API bounds them."""
+    max_content_parts: int | None = 4096
+    """Content parts of one conversation's messages together."""
+    max_tools: int | None = 128
+    """Tools one OpenAI request may offer, as OpenAI's API bounds them."""
     max_repetition_pattern: int | None = 256
     """`repetition_detection.max_pattern_size`: pattern sizes the engine tries at every step."""
 

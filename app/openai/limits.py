@@ -18,18 +18,23 @@ from app.core.limits import (
 )
 from app.errors import InvalidRequestError
 
-__all__ = ["check_body"]
+__all__ = ["check_body", "check_conversation"]
 
 PROMPT_FIELD = "prompt"
 REQUEST_ID_FIELD = "request_id"
+CONVERSATION_FIELDS = ("messages", "input")
+"""Chat's `messages` and the Responses API's `input` items: vLLM's request models read each
+message (and each of its content parts) at a cost of microseconds, on the event loop."""
+TOOLS_FIELD = "tools"
 
 
 def check_body(body: dict[str, Any], limits: RequestLimits, max_tokens: str) -> None:
     """Refuse, naming the field, a body above the server's limits: `best_of`, `n`, the
     `max_tokens` field, stop strings, token-id lists, grammars, prompt batches and the
-    request's id."""
+    request's id, messages and tools."""
     check_best_of(body.get("best_of"))
     check_request_id(body.get(REQUEST_ID_FIELD))
+    check_conversation(body, limits)
     check_sampling(body, limits, max_tokens_field=max_tokens)
     check_count(PROMPT_FIELD, count_prompts(body.get(PROMPT_FIELD)), limits.max_prompts)
 
@@ -49,3 +54,30 @@ def check_request_id(value: Any) -> None:
     the answer: one longer than a name is refused, naming it."""
     if isinstance(value, str):
         check_name(REQUEST_ID_FIELD, value, "an id")
+
+
+def check_conversation(body: dict[str, Any], limits: RequestLimits) -> None:
+    """Refuse, naming the field, more messages, content parts or tools than the server's
+    limits: O(messages), before vLLM's request models read them."""
+    for field in CONVERSATION_FIELDS:
+        messages = body.get(field)
+        if isinstance(messages, list):
+            check_count(field, len(messages), limits.max_messages, "messages")
+            check_content_parts(field, messages, limits.max_content_parts)
+    tools = body.get(TOOLS_FIELD)
+    if isinstance(tools, list):
+        check_count(TOOLS_FIELD, len(tools), limits.max_tools, "tools")
+
+
+def check_content_parts(field: str, messages: list[Any], limit: int | None) -> None:
+    """Refuse messages whose content parts together are more than `limit`, naming the
+    message where the count went over."""
+    if limit is None:
+        return
+    parts = 0
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            parts += len(content)
+            if parts > limit:
+                check_count(f"{field}[{index}].content", parts, limit, "content parts")

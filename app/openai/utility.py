@@ -15,12 +15,13 @@ from fastapi.responses import Response
 
 from app.engine.version import vllm_version
 from app.errors import InvalidRequestError, ModelUnavailableError, NotSupportedError
-from app.http.dependencies import RegistryDep, RequestLogDep
+from app.http.dependencies import GenerationDep, RegistryDep, RequestLogDep
 from app.http.errors import ErrorBodies
 from app.http.health import add_health_route, engines_can_serve
 from app.observability.access_log import RequestLog
 from app.openai.errors import openai_error_body
 from app.openai.generation import read_body, target_of
+from app.openai.limits import check_conversation
 from app.openai.models import Target
 from app.openai.serving import OpenAIUtility, openai_serving, openai_servings
 from app.openai.utility_examples import (
@@ -74,8 +75,11 @@ def add_token_route(path: str, name: str, call: TokenCall, summary: str, **optio
     `inference` API group; `options`: FastAPI's route options."""
 
     @api_group(ApiGroup.INFERENCE)
-    async def answer(request: Request, registry: RegistryDep, log: RequestLogDep) -> dict[str, Any]:
+    async def answer(
+        request: Request, registry: RegistryDep, generation: GenerationDep, log: RequestLogDep
+    ) -> dict[str, Any]:
         body = await read_body(request)
+        check_conversation(body, generation.limits)
         target = target_of(registry, body)
         return await call(utility_of(target, log), body, target.adapter)
 

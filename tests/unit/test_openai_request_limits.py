@@ -94,6 +94,21 @@ OPENAI_CASES = [
     ("prompt_logprobs", {"prompt_logprobs": 10**9}, "prompt_logprobs: 1000000000 is above"),
     ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
     (
+        "messages",
+        {"messages": [{"role": "user", "content": "a"}] * 200_000},
+        "messages: 200000 messages are above this server's limit of 2048",
+    ),
+    (
+        "content_parts",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * 3000}] * 2},
+        "messages[1].content: 6000 content parts are above this server's limit of 4096",
+    ),
+    (
+        "tools",
+        {"tools": [{"type": "function", "function": {"name": "f"}}] * 50_000},
+        "tools: 50000 tools are above this server's limit of 128",
+    ),
+    (
         "repetition_detection",
         {"repetition_detection": {"max_pattern_size": 10**9, "min_count": 2}},
         "repetition_detection.max_pattern_size: 1000000000 is above this server's limit of 256",

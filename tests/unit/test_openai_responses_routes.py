@@ -84,6 +84,27 @@ def test_bad_bodies_are_400_naming_the_field(client: TestClient, body: bytes, pa
     assert error["param"] == param
 
 
+def test_input_items_and_their_parts_are_bounded_before_vllm_reads_them(
+    client: TestClient, engine: FakeEngine
+) -> None:
+    """vLLM's `ResponsesRequest` reads each input item in Python, some 60 µs each (200,000
+    took 12 s, on the event loop): more items or content parts than the server's limits are
+    refused first, naming the field."""
+    item = {"role": "user", "content": "a"}
+    error = error_of(client.post("/v1/responses", json={**RESPONSE, "input": [item] * 2049}), 400)
+    assert (error["param"], error["message"]) == (
+        "input",
+        "input: 2049 messages are above this server's limit of 2048",
+    )
+    parts = [{"type": "input_text", "text": "a"}] * 4097
+    error = error_of(
+        client.post("/v1/responses", json={**RESPONSE, "input": [{**item, "content": parts}]}),
+        400,
+    )
+    assert error["param"] == "input[0].content"
+    assert engine.openai_serving.calls == []
+
+
 def test_unknown_models_are_404(client: TestClient) -> None:
     error = error_of(client.post("/v1/responses", json={**RESPONSE, "model": "other"}), 404)
     assert error["param"] == "model"

@@ -68,6 +68,24 @@ def test_tokenize_errors_are_in_vllms_shape(client: TestClient) -> None:
     )
 
 
+def test_tokenize_bounds_messages_and_tools_before_vllm_reads_them(
+    client: TestClient, engine: FakeEngine
+) -> None:
+    """vLLM's request model reads each message on the event loop (200,000 took 0.6 s): more
+    messages or tools than the server's limits are refused first, naming the field."""
+    message = {"role": "user", "content": "a"}
+    too_many = client.post("/tokenize", json={"model": "fake", "messages": [message] * 200_000})
+    error = error_of(too_many, 400)
+    assert (error["param"], error["message"]) == (
+        "messages",
+        "messages: 200000 messages are above this server's limit of 2048",
+    )
+    tools = [{"type": "function", "function": {"name": "f"}}] * 129
+    offered = client.post("/tokenize", json={"messages": [message], "tools": tools})
+    assert error_of(offered, 400)["param"] == "tools"
+    assert engine.openai_serving.utility.calls == []
+
+
 def test_the_model_may_be_left_out_when_one_is_served(client: TestClient) -> None:
     assert client.post("/tokenize", json={"prompt": "ok"}).json()["tokens"] == [111, 107]
 
