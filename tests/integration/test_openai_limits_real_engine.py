@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -19,6 +20,7 @@ from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
 from tests.support.openai_api import body_of, engine_unfinished, openai_error
+from tests.support.probe import readiness_probe
 from tests.support.servers import RunningServer, start_server
 
 KEY = "test-key"
@@ -162,6 +164,52 @@ def test_request_ids_are_bounded_and_an_unsafe_header_is_not_vllms(limited: Runn
     assert left_out.status_code == 200 and unsafe not in left_out.text
     named = httpx.post(url, json=body, headers={**AUTH, "X-Request-Id": "client-7"}, timeout=60)
     assert named.json()["id"] == "cmpl-client-7"
+
+
+PROBE_LIMIT_S = 2.0
+"""The slowest readiness probe while a conversation is read (the unbounded Responses body
+of 200,000 input items held the event loop 12 s here)."""
+
+
+def test_conversations_are_bounded_and_the_largest_keeps_the_server_answering(
+    limited: RunningServer,
+) -> None:
+    """vLLM's request models read each message and content part on the event loop: more
+    messages, content parts or tools than the server's limits are refused before they do,
+    naming the field, and the largest conversations allowed are read while the server goes
+    on answering."""
+    text = {"role": "user", "content": "a"}
+    tool = {"type": "function", "function": {"name": "f"}}
+    chat_parts = [{"type": "text", "text": "a"}] * 2
+    input_parts = [{"type": "input_text", "text": "a"}] * 2
+    refused: list[tuple[str, dict[str, Any], str]] = [
+        ("/v1/chat/completions", {"messages": [text] * 200_000}, "messages"),
+        ("/v1/responses", {"input": [text] * 200_000}, "input"),
+        ("/tokenize", {"messages": [text] * 200_000}, "messages"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{**text, "content": chat_parts * 2049}]},
+            "messages[0].content",
+        ),
+        ("/v1/chat/completions", {"messages": [text], "tools": [tool] * 129}, "tools"),
+    ]
+    largest: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/chat/completions", {"messages": [{**text, "content": chat_parts}] * 2048}),
+        ("/v1/responses", {"input": [{**text, "content": input_parts}] * 2048}),
+    ]
+    with (
+        readiness_probe(limited.base_url) as probe,
+        httpx.Client(headers=AUTH, timeout=120) as http,
+    ):
+        for path, body, field in refused:
+            response = http.post(f"{limited.base_url}{path}", json={"model": MODEL, **body})
+            assert openai_error(response, 400)["param"] == field, response.text[:300]
+        for path, body in largest:
+            response = http.post(f"{limited.base_url}{path}", json={"model": MODEL, **body})
+            assert "maximum context length" in openai_error(response, 400)["message"]
+    assert not probe.failures and probe.worst < PROBE_LIMIT_S, (probe.worst, probe.failures[:3])
+    settle(limited.base_url)
+    assert not engine_unfinished(limited.base_url)
 
 
 def short(body: object) -> None:
