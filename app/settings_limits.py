@@ -61,7 +61,9 @@ class LimitFields(BaseSettings):
         "API's input items), as OpenAI's API bounds them.",
     )
     max_content_parts: int = Field(
-        4096, ge=0, description="Content parts of one OpenAI conversation's messages together."
+        4096,
+        ge=0,
+        description="Content parts and tool calls of one OpenAI conversation's messages together.",
     )
     max_tools: int = Field(
         128, ge=0, description="Tools one OpenAI request may offer, as OpenAI's API bounds them."

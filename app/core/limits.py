@@ -63,7 +63,7 @@ class RequestLimits:
     """Messages of one OpenAI conversation (chat's `messages`, the Responses API's `input`
     items), as OpenAI's API bounds them."""
     max_content_parts: int | None = 4096
-    """Content parts of one conversation's messages together."""
+    """Content parts and tool calls of one conversation's messages together."""
     max_tools: int | None = 128
     """Tools one OpenAI request may offer, as OpenAI's API bounds them."""
     max_repetition_pattern: int | None = 256

@@ -26,6 +26,9 @@ CONVERSATION_FIELDS = ("messages", "input")
 """Chat's `messages` and the Responses API's `input` items: vLLM's request models read each
 message (and each of its content parts) at a cost of microseconds, on the event loop."""
 TOOLS_FIELD = "tools"
+MESSAGE_LISTS = ("content", "tool_calls")
+"""A message's lists that vLLM reads entry by entry: its content parts, an assistant's tool
+calls."""
 
 
 def check_body(body: dict[str, Any], limits: RequestLimits, max_tokens: str) -> None:
@@ -70,14 +73,16 @@ def check_conversation(body: dict[str, Any], limits: RequestLimits) -> None:
 
 
 def check_content_parts(field: str, messages: list[Any], limit: int | None) -> None:
-    """Refuse messages whose content parts together are more than `limit`, naming the
-    message where the count went over."""
+    """Refuse messages whose content parts and tool calls together are more than `limit`,
+    naming the message's list where the count went over."""
     if limit is None:
         return
     parts = 0
     for index, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            parts += len(content)
-            if parts > limit:
-                check_count(f"{field}[{index}].content", parts, limit, "content parts")
+        for name in MESSAGE_LISTS:
+            entries = message.get(name) if isinstance(message, dict) else None
+            if isinstance(entries, list):
+                parts += len(entries)
+                if parts > limit:
+                    what = "content parts and tool calls"
+                    check_count(f"{field}[{index}].{name}", parts, limit, what)

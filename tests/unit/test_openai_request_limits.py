@@ -101,7 +101,18 @@ OPENAI_CASES = [
     (
         "content_parts",
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}] * 3000}] * 2},
-        "messages[1].content: 6000 content parts are above this server's limit of 4096",
+        "messages[1].content: 6000 content parts and tool calls are above this server's "
+        "limit of 4096",
+    ),
+    (
+        "tool_calls",
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}] * 5000},
+            ]
+        },
+        "messages[1].tool_calls: 5000 content parts and tool calls are above",
     ),
     (
         "tools",
