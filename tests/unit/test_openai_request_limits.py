@@ -95,8 +95,8 @@ OPENAI_CASES = [
     ("n_as_text", {"n": "1000000000"}, "n: 1000000000 is above"),
     (
         "messages",
-        {"messages": [{"role": "user", "content": "a"}] * 200_000},
-        "messages: 200000 messages are above this server's limit of 2048",
+        {"messages": [{"role": "user", "content": "a"}] * 4096},
+        "messages: 4096 messages are above this server's limit of 2048",
     ),
     (
         "content_parts",
@@ -116,8 +116,8 @@ OPENAI_CASES = [
     ),
     (
         "tools",
-        {"tools": [{"type": "function", "function": {"name": "f"}}] * 50_000},
-        "tools: 50000 tools are above this server's limit of 128",
+        {"tools": [{"type": "function", "function": {"name": "f"}}] * 4096},
+        "tools: 4096 tools are above this server's limit of 128",
     ),
     (
         "repetition_detection",
