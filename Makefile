@@ -140,8 +140,8 @@ clients: $(CLIENTS_STAMP)
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libb64-0d; }
 
-# The suite (scripts/test_suite.sh): the engine tier, the CPU tier and the image tier's
-# builds side by side; then the image tier's containers, where an engine answers.
+# The suite (scripts/test_suite.sh): the engine tier's two halves, the CPU tier and the image
+# tier's builds side by side; then the image tier's containers, where an engine answers.
 test: setup $(DOCS_STAMP) $(DEPLOY_TOOLS_STAMP) browser clients
 	PYTHON=$(PY) bash scripts/test_suite.sh
 	@$(MAKE) --no-print-directory image-test-if-engine IMAGE_CACHE=
