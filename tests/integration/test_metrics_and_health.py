@@ -160,14 +160,14 @@ def test_killed_engine_makes_the_model_unready_fast(doomed: tuple[RunningServer,
         time.sleep(0.05)
     engine_core(server).kill()
     killed_at = time.monotonic()
-    while httpx.get(url + "/v2/health/ready", timeout=5).status_code != 503:
-        assert time.monotonic() - killed_at < 30, "model still ready 30 s after its engine died"
+    while httpx.get(url + "/v2/health/ready", timeout=30).status_code != 503:
+        assert time.monotonic() - killed_at < 60, "model still ready 60 s after its engine died"
         time.sleep(0.1)
-    assert httpx.get(url + "/v2/models/smollm2/ready", timeout=5).status_code == 503
-    response = httpx.post(url + GENERATE, json={"text_input": "x"}, timeout=10)
+    assert httpx.get(url + "/v2/models/smollm2/ready", timeout=30).status_code == 503
+    response = httpx.post(url + GENERATE, json={"text_input": "x"}, timeout=30)
     assert response.status_code == 503
     assert response.json() == {"error": "Model is unavailable due to unhealthy vLLM engine"}
-    assert httpx.get(url + "/v2/health/live", timeout=5).status_code == 200
-    reader.join(timeout=30)
+    assert httpx.get(url + "/v2/health/live", timeout=30).status_code == 200
+    reader.join(timeout=120)
     assert not reader.is_alive(), "the open stream hung after the engine died"
     assert stream_events[-1] == {"error": "Model is unavailable due to unhealthy vLLM engine"}

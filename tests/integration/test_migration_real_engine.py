@@ -372,6 +372,6 @@ def test_once_restarts_are_spent_requests_end_with_the_error_and_liveness_fails(
     assert reason is None and any(
         text in str(error) for text in (UNHEALTHY, "EngineCore encountered an issue")
     )
-    assert wait_for(lambda: http.get("/v2/health/live").status_code == 503, 10)
+    assert wait_for(lambda: http.get("/v2/health/live").status_code == 503, 60)
     assert http.get("/v2/health/ready").status_code == 503
     assert http.post(GENERATE, json={"text_input": "x"}).json() == {"error": UNHEALTHY}

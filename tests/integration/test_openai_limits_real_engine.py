@@ -46,7 +46,7 @@ def limited() -> Iterator[RunningServer]:
     assert code == 0 and not alive
 
 
-def settle(base_url: str, timeout: float = 10) -> None:
+def settle(base_url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while engine_unfinished(base_url) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -104,7 +104,7 @@ def test_timeout_is_504_or_a_last_error_event(limited: RunningServer) -> None:
     response = httpx.post(url, json={**LONG, "stream": True}, headers=AUTH, timeout=30)
     frames = [part.removeprefix("data: ") for part in response.text.split("\n\n") if part]
     assert frames[-1] == "[DONE]" and json.loads(frames[-2])["error"]["code"] == 504
-    assert len(frames) > 10 and "choices" in json.loads(frames[0])
+    assert len(frames) >= 3 and "choices" in json.loads(frames[0])  # text, then the error
     settle(limited.base_url)
     assert "Traceback" not in limited.log_path.read_text(errors="replace")
 
@@ -118,7 +118,7 @@ def test_a_response_past_the_timeout_ends_with_an_error_event(limited: RunningSe
     response = httpx.post(url, json={**long, "stream": True}, headers=AUTH, timeout=30)
     parts = [part.split("\n") for part in response.text.split("\n\n") if part]
     names = [name.removeprefix("event: ") for name, _ in parts]
-    assert names[0] == "response.created" and names.count("response.output_text.delta") > 5
+    assert names[0] == "response.created" and "response.output_text.delta" in names
     assert names[-1] == "error" and "response.completed" not in names
     error = json.loads(parts[-1][1].removeprefix("data: "))
     assert error["code"] == "GatewayTimeoutError" and error["sequence_number"] == len(parts) - 1
