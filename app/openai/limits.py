@@ -79,8 +79,10 @@ def check_content_parts(field: str, messages: list[Any], limit: int | None) -> N
         return
     parts = 0
     for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
         for name in MESSAGE_LISTS:
-            entries = message.get(name) if isinstance(message, dict) else None
+            entries = message.get(name)
             if isinstance(entries, list):
                 parts += len(entries)
                 if parts > limit:
