@@ -61,10 +61,18 @@ def start_server(
 ) -> RunningServer:
     """Start `python -m app` on free ports (HTTP, the metrics port, and gRPC unless `env` sets
     GRPC_PORT) and wait until every model is ready; `tls`: the client context for a server on
-    HTTPS."""
+    HTTPS. Unless `env` says otherwise, its engines hold 1 GiB of KV cache (46,000 tokens of
+    the default model: `make test` runs several servers at once), and its stop may take 30 s
+    past the drain before it exits 1 (an engine's stop takes some 5 s on a quiet 2-core host)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     port, grpc_port, metrics_port = free_ports(3)
-    env = {"GRPC_PORT": str(grpc_port), "METRICS_PORT": str(metrics_port), **(env or {})}
+    env = {
+        "GRPC_PORT": str(grpc_port),
+        "METRICS_PORT": str(metrics_port),
+        "CPU_KVCACHE_SPACE_GIB": "1",
+        "SHUTDOWN_GRACE_SECONDS": "30",
+        **(env or {}),
+    }
     log_path = ARTIFACTS / f"{name}-{port}.log"
     with log_path.open("w") as log:  # the child keeps its own descriptor
         process = subprocess.Popen(
