@@ -141,10 +141,9 @@ clients: $(CLIENTS_STAMP)
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libb64-0d; }
 
 # The suite (scripts/test_suite.sh): the engine tier's two halves, the CPU tier and the image
-# tier's builds side by side; then the image tier's containers, where an engine answers.
+# tier (image-build-if-engine, then image-test-if-engine, where an engine answers) side by side.
 test: setup $(DOCS_STAMP) $(DEPLOY_TOOLS_STAMP) browser clients
 	PYTHON=$(PY) bash scripts/test_suite.sh
-	@$(MAKE) --no-print-directory image-test-if-engine IMAGE_CACHE=
 
 test-unit: setup $(DOCS_STAMP)
 	$(PY) -m pytest tests/unit

@@ -91,7 +91,9 @@ def test_ci_builds_the_images_from_scratch(tmp_path: Path) -> None:
 
 
 def test_make_test_runs_the_image_tier_or_says_why_not(tmp_path: Path) -> None:
-    assert "image-test-if-engine" in dry_run("test", tmp_path, gpu=False)
+    assert "scripts/test_suite.sh" in dry_run("test", tmp_path, gpu=False)
+    suite = (PROJECT_ROOT / "scripts" / "test_suite.sh").read_text()
+    assert "make --no-print-directory image-test-if-engine IMAGE_CACHE=" in suite
     client_only = tmp_path / "engineless"
     client_only.write_text("#!/bin/sh\nexit 1\n")
     client_only.chmod(0o755)

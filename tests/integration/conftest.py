@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 
 from tests.support.servers import RunningServer, start_server
 
+SEVERAL_ENGINES_LOCK = Path(__file__).parents[1] / "artifacts" / "several-engines.lock"
+"""Held by a module whose servers run several engines at once (see `several_engines`)."""
 EXIT_NOISE = ("doesn't include CPU backend", "nanobind: leaked")
 """What a server's log never holds: vLLM's note that OpenAI's Triton compiler has no CPU backend
 (any process), nanobind's leak report after a frozen heap (at exit)."""
@@ -44,3 +47,14 @@ def server() -> Iterator[RunningServer]:
 def http(server: RunningServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.base_url, timeout=120) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def several_engines() -> Iterator[None]:
+    """For a module whose servers run several engines at once: `make test` runs the engine
+    tier in two halves side by side, and two such modules together would not fit in 24 GiB
+    beside the session's server (each engine of the default model holds some 2-3 GiB)."""
+    SEVERAL_ENGINES_LOCK.parent.mkdir(exist_ok=True)
+    with SEVERAL_ENGINES_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -28,6 +28,8 @@ from tests.support.servers import (
 )
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.usefixtures("several_engines")
+
 MODEL = "smollm2"
 GENERATE = f"/v2/models/{MODEL}/generate"
 STREAM = f"/v2/models/{MODEL}/generate_stream"

@@ -30,6 +30,8 @@ from tests.support.servers import RunningServer, start_server
 from tests.support.sse import stream_events
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.usefixtures("several_engines")
+
 DEFAULT_MODEL = PROJECT_ROOT / "configs" / "model_repository" / "smollm2"
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"

@@ -21,6 +21,8 @@ from tests.integration.test_repository_real_engine import MODEL_DIR, make_adapte
 from tests.support.openai_api import body_of, extra_of
 from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
 
+pytestmark = pytest.mark.usefixtures("several_engines")
+
 PROMPT = "The best way to learn a language is"
 BROKEN_CONFIG = """
 parameters: { key: "OPENAI_TOOL_CALL_PARSER" value: { string_value: "llama3_json" } }

@@ -25,6 +25,8 @@ from app.paths import PROJECT_ROOT
 from tests.support.servers import EXPLICIT_CONTROL_ENV, RunningServer, start_server
 from tests.support.triton_grpc import by_id, stream_results, text_of, vllm_request
 
+pytestmark = pytest.mark.usefixtures("several_engines")
+
 MODEL_DIR = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 PROMPT = "What is Triton Inference Server?"
 GREEDY = {"temperature": 0, "max_tokens": 24, "apply_chat_template": True}

@@ -25,6 +25,8 @@ from tests.support.servers import (
 )
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.usefixtures("several_engines")
+
 GENERATE = "/v2/models/smollm2/generate"
 STREAM = "/v2/models/smollm2/generate_stream"
 LOAD = "/v2/repository/models/smollm2/load"
