@@ -23,9 +23,8 @@ from tests.support.triton_grpc import bool_input, bytes_input
 from tests.support.waiting import wait_until
 
 SERVER_TIME_LIMIT_MS = 1000
-"""Server time of a refusal: reading the body (1.4 MB of choices at most), never compiling it
-(116 ms measured for the choices on a host twice as slow as a quiet 2-core one; compiling the
-100,000 choices took 127 s before they were bounded)."""
+"""A refusal reads the body (1.4 MB of choices: 116 ms on a host twice as slow as a quiet
+2-core one), never compiles it (127 s for the 100,000 choices before they were bounded)."""
 PROBE_LIMIT_S = 2.0
 MANY = 50_000
 OBJECT = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
