@@ -1,0 +1,92 @@
+"""A client's image URL through vLLM's own chat parsing (what its chat and Responses serving
+run on a request's messages), for a multimodal model: a LLaVA model folder of configuration
+only (the default model takes no images, so vLLM refuses its media before any fetch). A
+local HTTP server records what it was asked for."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import CLIPImageProcessor, LlavaConfig
+from vllm.config import ModelConfig
+
+from app.engine.vllm_openai.media import CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, use_listed_hosts
+from tests.support.third_party import MODEL_DIR
+
+try:  # 0.32
+    from vllm.renderers.chat_utils import parse_chat_messages_async
+except ImportError:  # 0.25
+    from vllm.entrypoints.chat_utils import (  # type: ignore[no-redef]
+        parse_chat_messages_async,
+    )
+
+
+@pytest.fixture(scope="module")
+def llava_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LLaVA model as vLLM's parsing reads it: its config, image processor and a tokenizer."""
+    folder = tmp_path_factory.mktemp("llava")
+    LlavaConfig().save_pretrained(folder)
+    CLIPImageProcessor().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(MODEL_DIR / name, folder)
+    return folder
+
+
+@pytest.fixture
+def requested() -> Iterator[tuple[str, list[str]]]:
+    """A local server's address, and the paths it was asked for."""
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", paths
+    server.shutdown()
+    server.server_close()
+
+
+async def parse(folder: Path, url: str, hosts: list[str] | None) -> None:
+    config = ModelConfig(model=str(folder), tokenizer=str(folder), allowed_media_domains=hosts)
+    image = {"type": "image_url", "image_url": {"url": url}}
+    messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
+    await parse_chat_messages_async(messages, config, "openai")
+
+
+@pytest.fixture(autouse=True)
+def server_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment as the server sets it for its engines."""
+    monkeypatch.delenv(CONNECTOR_VARIABLE, raising=False)
+    monkeypatch.delenv(REDIRECTS_VARIABLE, raising=False)
+    use_listed_hosts()
+
+
+def test_an_image_url_is_fetched_only_from_a_host_the_model_lists(
+    llava_folder: Path, requested: tuple[str, list[str]]
+) -> None:
+    """Both in one event loop: vLLM keeps its HTTP session on the first loop that used it."""
+    address, paths = requested
+
+    async def refused_then_listed() -> None:
+        with pytest.raises(ValueError, match=r"^image_url: remote media URLs are off"):
+            await parse(llava_folder, address + "/latest/meta-data", None)
+        assert paths == []
+        with pytest.raises(Exception, match="404"):
+            await parse(llava_folder, address + "/cat.png", ["127.0.0.1"])
+        assert paths == ["/cat.png"]
+
+    asyncio.run(refused_then_listed())
