@@ -66,8 +66,8 @@ def request_limits(settings: Settings) -> RequestLimits:
 
 
 def engine_options(settings: Settings) -> EngineOptions:
-    """The vLLM engines': KV cache on CPU hosts, `vllm:` metrics, Ray, and their grammar
-    workers (how many, their memory bound, the compile deadline)."""
+    """The vLLM engines': KV cache on CPU hosts, `vllm:` metrics, Ray, their grammar workers
+    (how many, their memory bound, the compile deadline) and the images of media URLs."""
     return EngineOptions(
         cpu_kvcache_space_gib=settings.cpu_kvcache_space_gib,
         report_all_metrics=settings.report_custom_metrics,
@@ -77,6 +77,7 @@ def engine_options(settings: Settings) -> EngineOptions:
             memory_mb=settings.grammar_worker_memory_mb,
             job_seconds=settings.grammar_compile_timeout_seconds,
         ),
+        max_image_pixels=settings.max_image_pixels,
     )
 
 

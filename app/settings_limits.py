@@ -51,7 +51,10 @@ class LimitFields(BaseSettings):
     )
     max_images: int = Field(16, ge=0, description="Images one request may carry.")
     max_image_pixels: int = Field(
-        4096 * 4096, ge=1, description="Pixels of one image (width x height)."
+        4096 * 4096,
+        ge=1,
+        description="Pixels of one image (width x height), Triton's and OpenAI's (vLLM's "
+        "VLLM_MAX_IMAGE_PIXELS, unless set).",
     )
     max_prompts: int = Field(64, ge=1, description="Prompts of one OpenAI completions request.")
     max_messages: int = Field(

@@ -13,6 +13,7 @@ from app.engine.engine_options import EngineOptions
 from app.engine.grammars import configure_grammar_workers
 from app.engine.metrics import MetricsProvider
 from app.engine.vllm_engine import VllmEngine
+from app.engine.vllm_openai.media import guard_media
 from app.repository.layout import EngineArgsCheck, ModelSpec
 
 REPORT_CUSTOM_METRICS = "REPORT_CUSTOM_METRICS"
@@ -59,8 +60,10 @@ def vllm_engines(
     metrics_registry: CollectorRegistry, options: EngineOptions, cores: CoreBroker | None = None
 ) -> tuple[VllmEngines, EngineArgsCheck, Callable[[ModelSpec], None]]:
     """vLLM's engines for the model registry, its check of model.json and what to forget of
-    an unloaded model; the engines' grammar workers set up as `options` say."""
+    an unloaded model; the engines' grammar workers and clients' media set up as `options`
+    say."""
     configure_grammar_workers(options.grammar_workers)
+    guard_media(options.max_image_pixels)
     engines = VllmEngines(
         metrics_registry,
         cpu_kvcache_space_gib=options.cpu_kvcache_space_gib,

@@ -36,7 +36,6 @@ from app.engine.sampling import to_sampling_params
 from app.engine.shared_core import shared_engine_config
 from app.engine.vllm_openai.acceptance import acceptance_key
 from app.engine.vllm_openai.accepting_llm import AcceptingAsyncLLM
-from app.engine.vllm_openai.media import use_listed_hosts
 from app.engine.vllm_openai.options import engine_reasoning_parser, openai_options
 from app.engine.vllm_openai.serving import EngineRequests, VllmOpenAIServing, check_tool_options
 from app.errors import EngineUnhealthyError, InvalidRequestError, ModelConfigError, ServerError
@@ -110,7 +109,6 @@ class VllmEngine:
         worker thread. Cancelled meanwhile, the engine is still built (a thread cannot be
         interrupted); `shutdown` waits for it and stops it."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self._cpu_kvcache_space_gib))
-        use_listed_hosts()
         try:
             await self._group.start()
         except BaseException:

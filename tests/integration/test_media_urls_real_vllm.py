@@ -17,7 +17,7 @@ import pytest
 from transformers import CLIPImageProcessor, LlavaConfig
 from vllm.config import ModelConfig
 
-from app.engine.vllm_openai.media import CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, use_listed_hosts
+from app.engine.vllm_openai.media import CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, guard_media
 from tests.support.third_party import MODEL_DIR
 
 try:  # 0.32
@@ -72,7 +72,7 @@ def server_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """The environment as the server sets it for its engines."""
     monkeypatch.delenv(CONNECTOR_VARIABLE, raising=False)
     monkeypatch.delenv(REDIRECTS_VARIABLE, raising=False)
-    use_listed_hosts()
+    guard_media(4096 * 4096)
 
 
 def test_an_image_url_is_fetched_only_from_a_host_the_model_lists(

@@ -1,7 +1,8 @@
 """Media URLs in OpenAI content: vLLM's own connector class, loaded from vLLM's registry as its
-chat and Responses parsing load it, fetches from a host only where the model lists it. Each
-case runs a real HTTP server that records what it was asked for: a refused URL is never
-requested (no request to the server's own network, the SSRF this guards against)."""
+chat and Responses parsing load it, fetches from a host only where the model lists it, and
+reads an image only within the server's pixel bound. Each case runs a real HTTP server that
+records what it was asked for: a refused URL is never requested (no request to the server's
+own network, the SSRF this guards against)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import base64
 import http.server
 import io
 import os
+import struct
 import threading
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +23,9 @@ from PIL import Image
 from app.engine.vllm_openai.media import (
     CONNECTOR_NAME,
     CONNECTOR_VARIABLE,
+    PIXELS_VARIABLE,
     REDIRECTS_VARIABLE,
-    use_listed_hosts,
+    guard_media,
 )
 
 try:  # 0.32
@@ -33,10 +37,30 @@ except ImportError:  # 0.25
     )
 
 
+MAX_PIXELS = 4096 * 4096
+
+
 def png() -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (2, 2), "red").save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG claiming `width` x `height` pixels, with none: what a decoder would allocate for
+    is known from its header, before any pixel is decoded."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"") + chunk(b"IEND", b"")
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
 class MediaHost:
@@ -83,10 +107,10 @@ def media_host() -> Iterator[MediaHost]:
 
 @pytest.fixture(autouse=True)
 def server_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The environment as the server sets it for its engines."""
-    monkeypatch.delenv(CONNECTOR_VARIABLE, raising=False)
-    monkeypatch.delenv(REDIRECTS_VARIABLE, raising=False)
-    use_listed_hosts()
+    """The environment as the server sets it at start, with the default pixel bound."""
+    for variable in (CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, PIXELS_VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
+    guard_media(MAX_PIXELS)
 
 
 def connector(hosts: list[str] | None) -> Any:
@@ -138,18 +162,40 @@ def test_a_listed_host_cannot_redirect_the_fetch_elsewhere(media_host: MediaHost
 
 
 def test_inline_data_urls_are_read_with_no_host_listed() -> None:
-    url = "data:image/png;base64," + base64.b64encode(png()).decode()
-    assert fetch(None, url).size == (2, 2)
+    assert fetch(None, data_url(png())).size == (2, 2)
 
 
-def test_the_server_chooses_this_connector_and_no_redirects() -> None:
+def test_an_image_over_the_pixel_bound_is_refused_from_its_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    over = r"4097x4096 \(16781312 pixels\) exceed the maximum of 16777216 pixels"
+    with pytest.raises(ValueError, match=over):
+        fetch(None, data_url(png_header(4097, 4096)))
+    monkeypatch.setenv(PIXELS_VARIABLE, str(4097 * 4096))
+    with pytest.raises(ValueError, match="Failed to load image"):  # a header and no pixels
+        fetch(None, data_url(png_header(4097, 4096)))
+
+
+def test_a_fetched_image_is_bounded_too(
+    media_host: MediaHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PIXELS_VARIABLE, "3")
+    with pytest.raises(ValueError, match="2x2 \\(4 pixels\\) exceed the maximum of 3"):
+        fetch(["127.0.0.1"], media_host.url + "/cat.png")
+    assert media_host.paths == ["/cat.png"]
+
+
+def test_the_server_chooses_this_connector_no_redirects_and_its_pixel_bound() -> None:
     assert os.environ["VLLM_MEDIA_CONNECTOR"] == CONNECTOR_NAME
     assert os.environ["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] == "0"
+    assert os.environ["VLLM_MAX_IMAGE_PIXELS"] == str(MAX_PIXELS)
 
 
 def test_the_operators_own_choices_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONNECTOR_VARIABLE, "http")
     monkeypatch.setenv(REDIRECTS_VARIABLE, "1")
-    use_listed_hosts()
+    monkeypatch.setenv(PIXELS_VARIABLE, "5")
+    guard_media(MAX_PIXELS)
     assert os.environ[CONNECTOR_VARIABLE] == "http"
     assert os.environ[REDIRECTS_VARIABLE] == "1"
+    assert os.environ[PIXELS_VARIABLE] == "5"

@@ -1,5 +1,7 @@
 """Media URLs in OpenAI content (`image_url`, `video_url`, `audio_url`, `input_image`): the
-server fetches a remote one only from a host the model's `allowed_media_domains` lists.
+server fetches a remote one only from a host the model's `allowed_media_domains` lists, and
+reads an image only within the server's `MAX_IMAGE_PIXELS` (vLLM's own check, from the
+image's header), as Triton's path does.
 
 vLLM's own connector fetches any http(s) URL a client names when that list is empty, which
 lets a client make the server request its own network (cloud metadata, admin ports). Triton's
@@ -24,9 +26,10 @@ __all__ = [
     "ANY_HOST",
     "CONNECTOR_NAME",
     "CONNECTOR_VARIABLE",
+    "PIXELS_VARIABLE",
     "REDIRECTS_VARIABLE",
     "ListedHostsConnector",
-    "use_listed_hosts",
+    "guard_media",
 ]
 
 CONNECTOR_NAME = "listed-hosts"
@@ -35,6 +38,8 @@ ANY_HOST = "*"
 """In `allowed_media_domains`: fetch from any host (vLLM's own default, chosen explicitly)."""
 CONNECTOR_VARIABLE = "VLLM_MEDIA_CONNECTOR"
 REDIRECTS_VARIABLE = "VLLM_MEDIA_URL_ALLOW_REDIRECTS"
+PIXELS_VARIABLE = "VLLM_MAX_IMAGE_PIXELS"
+"""vLLM's bound on an image's pixels (and a video frame's), checked from its header."""
 
 REMOTE_OFF = (
     "remote media URLs are off for this model: send the media inline as a data: URL, or "
@@ -47,7 +52,7 @@ FIELD_BY_MEDIA = {"Image": "image_url", "Video": "video_url", "Audio": "audio_ur
 @MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)
 class ListedHostsConnector(MediaConnector):
     """vLLM's connector, but an http(s) URL is fetched only from a listed host (any, with
-    `"*"`); the refusal is a `ValueError`, as vLLM's own refusals of a URL are."""
+    `"*"`); the refusal is a `ValueError`, as vLLM's own refusals of a URL are (a 400)."""
 
     def __init__(self, *args: Any, allowed_media_domains: list[str] | None = None, **kwargs: Any):
         listed = list(allowed_media_domains or [])
@@ -72,9 +77,12 @@ class ListedHostsConnector(MediaConnector):
         raise ValueError(f"{field}: {REMOTE_OFF}")
 
 
-def use_listed_hosts() -> None:
-    """Make this connector the one vLLM's chat and Responses parsing load (unless the operator
-    named one in `VLLM_MEDIA_CONNECTOR`), and keep a listed host from redirecting the fetch
-    elsewhere (unless `VLLM_MEDIA_URL_ALLOW_REDIRECTS` says otherwise)."""
+def guard_media(max_image_pixels: int) -> None:
+    """At start, in each process that serves OpenAI requests: make this connector the one
+    vLLM's chat and Responses parsing load, keep a listed host from redirecting the fetch
+    elsewhere, and bound an image by the server's `max_image_pixels`; each unless the operator
+    set vLLM's own variable for it (`VLLM_MEDIA_CONNECTOR`, `VLLM_MEDIA_URL_ALLOW_REDIRECTS`,
+    `VLLM_MAX_IMAGE_PIXELS`)."""
     os.environ.setdefault(CONNECTOR_VARIABLE, CONNECTOR_NAME)
     os.environ.setdefault(REDIRECTS_VARIABLE, "0")
+    os.environ.setdefault(PIXELS_VARIABLE, str(max_image_pixels))
