@@ -130,6 +130,7 @@ def grpc_options(settings: Settings) -> GrpcOptions:
         max_connections=settings.max_grpc_connections,
         max_calls=settings.max_grpc_calls,
         max_connection_idle_ms=round(settings.grpc_max_connection_idle_seconds * 1000),
+        handshake_timeout_ms=round(settings.http_header_timeout_seconds * 1000),
         reuse_port=settings.grpc_reuse_port,
         tls=grpc_tls(settings),
     )

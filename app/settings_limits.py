@@ -102,7 +102,8 @@ class LimitFields(BaseSettings):
     http_header_timeout_seconds: float = Field(
         30,
         gt=0,
-        description="A client must send a request's headers within this time, or is disconnected.",
+        description="A client must send a request's headers within this time, or is "
+        "disconnected (a gRPC client: begin HTTP/2, and TLS, on a new connection).",
     )
     http_keep_alive_seconds: float = Field(
         75,

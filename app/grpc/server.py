@@ -66,6 +66,9 @@ class GrpcOptions:
     """Calls open at once (an idle stream holds some 20 KB): more are RESOURCE_EXHAUSTED."""
     max_connection_idle_ms: int = 300_000
     """A connection without a call for this long gets a GOAWAY (a held slot is given back)."""
+    handshake_timeout_ms: int = 30_000
+    """A connection that has not begun HTTP/2 (and TLS) within it is closed: a client that
+    opens one and stays silent cannot hold a slot for grpc's own two minutes."""
     tls: GrpcTls | None = None
     reuse_port: bool = False
     """SO_REUSEPORT: let several server processes share the port (the kernel spreads the
@@ -91,6 +94,7 @@ class GrpcOptions:
             ("grpc.http2.max_ping_strikes", self.http2_max_ping_strikes),
             ("grpc.max_allowed_incoming_connections", self.max_connections),
             ("grpc.max_connection_idle_ms", self.max_connection_idle_ms),
+            ("grpc.server_handshake_timeout_ms", self.handshake_timeout_ms),
             ("grpc.so_reuseport", int(self.reuse_port)),
         ]
 

@@ -1,6 +1,7 @@
 """Floods of connections cost the server neither its open files nor its threads. gRPC: past
 MAX_GRPC_CONNECTIONS they are closed as they open, one without a call is closed after
-GRPC_MAX_CONNECTION_IDLE_SECONDS, and HTTP and gRPC keep answering. The metrics port: a thread
+GRPC_MAX_CONNECTION_IDLE_SECONDS, one that never begins HTTP/2 after HTTP_HEADER_TIMEOUT_SECONDS,
+and HTTP and gRPC keep answering. The metrics port: a thread
 for at most 64 connections, each held to a timeout. At start the server raises its soft
 open-file limit within the hard one, and warns when that stays below what its connection
 limits need. (HTTP's own bounds: test_http_hardening.py.)"""
@@ -152,6 +153,27 @@ def test_idle_grpc_streams_past_the_call_limit_are_resource_exhausted(repository
         assert outcomes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 100, outcomes
         with triton_grpc.InferenceServerClient(served.grpc_url) as client:
             assert wait_for(client.is_server_live, WAIT_S)
+
+
+def test_a_grpc_connection_that_never_begins_http2_is_closed_at_the_header_deadline(
+    repository: Path,
+) -> None:
+    """A client that opens connections and sends nothing (not even HTTP/2's preface) holds
+    each for HTTP_HEADER_TIMEOUT_SECONDS, not for grpc's own 120 s; calls go on meanwhile."""
+    settings = {"http_header_timeout_seconds": IDLE_S}
+    with serve_grpc_app(repository, lambda spec: FakeEngine(), **settings) as served:
+        host, port = served.grpc_url.rsplit(":", 1)
+        silent = [socket.create_connection((host, int(port)), timeout=5) for _ in range(5)]
+        try:
+            with triton_grpc.InferenceServerClient(served.grpc_url) as client:
+                assert client.is_server_live()
+            assert all(map(still_open, silent))
+            assert wait_for(lambda: not any(map(still_open, silent)), 10 * IDLE_S, 0.2), (
+                "silent connections kept open"
+            )
+        finally:
+            for connection in silent:
+                connection.close()
 
 
 def test_a_flood_of_metrics_port_connections_holds_neither_threads_nor_the_port() -> None:
