@@ -51,7 +51,7 @@ def aware(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp("cache-aware") / "repository"
     shutil.copytree(PROJECT_ROOT / "configs" / "model_repository", root)
     (root / MODEL / "config.pbtxt").write_text(CONFIG)
-    env = {"FRONTEND_PROCESSES": "2", "CPU_KVCACHE_SPACE_GIB": "1"}
+    env = {"FRONTEND_PROCESSES": "2"}
     server = start_server("--model-repository", str(root), name="cache-aware", env=env)
     with stopping_cleanly(server):
         yield server

@@ -75,7 +75,6 @@ def instances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServe
     shutil.copytree(PROJECT_ROOT / "configs" / "model_repository", root)
     (root / MODEL / "config.pbtxt").write_text(CONFIG)
     env = {
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "ALLOW_INSTANCE_PIN": "true",
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "ENGINE_RESTART_BACKOFF_MAX_SECONDS": "1",

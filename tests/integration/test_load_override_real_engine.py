@@ -59,7 +59,6 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def explicit(place: Path) -> Iterator[RunningServer]:
     env = {
         **EXPLICIT_CONTROL_ENV,
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "DRAIN_TIMEOUT_SECONDS": "5",
         "MAX_PENDING_REQUESTS": "8",

@@ -109,7 +109,6 @@ def doomed() -> Iterator[tuple[RunningServer, int]]:
     metrics_port = free_port()
     env = {
         "METRICS_PORT": str(metrics_port),
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "ENGINE_MIGRATE_REQUESTS": "false",
         "ENGINE_PROBE_INTERVAL_SECONDS": "0",
     }

@@ -61,7 +61,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     write_json(version / "multi_lora.json", {"doc": "adapters/doc"})
     make_adapter(version / "adapters" / "doc")
     env = {
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "ENGINE_RESTART_MAX": "4",
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "ENGINE_RESTART_BACKOFF_MAX_SECONDS": "1",

@@ -80,7 +80,7 @@ def ray_server(
     """The server with the pipeline-parallel model, joined to the local Ray cluster."""
     repository = tmp_path_factory.mktemp("ray-repository")
     write_ray_repository(repository)
-    env = {**ray_cluster.env, "MODEL_REPOSITORY": str(repository), "CPU_KVCACHE_SPACE_GIB": "1"}
+    env = {**ray_cluster.env, "MODEL_REPOSITORY": str(repository)}
     running = start_server(name="multinode", env=env)
     try:
         yield running

@@ -47,7 +47,6 @@ PROCESS_HEADER = "x-frontend-process"
 def group() -> Iterator[RunningServer]:
     env = {
         "FRONTEND_PROCESSES": "2",
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "DRAIN_TIMEOUT_SECONDS": "20",
         **EXPLICIT_CONTROL_ENV,
     }
@@ -362,7 +361,7 @@ def test_sigterm_drains_every_process(group: RunningServer) -> None:
 
 
 def test_a_stop_while_a_killed_frontend_awaits_its_restart_exits_cleanly() -> None:
-    env = {"FRONTEND_PROCESSES": "2", "CPU_KVCACHE_SPACE_GIB": "1", "DRAIN_TIMEOUT_SECONDS": "5"}
+    env = {"FRONTEND_PROCESSES": "2", "DRAIN_TIMEOUT_SECONDS": "5"}
     server = start_server(name="frontends-stop", env=env)
     try:
         descendants = psutil.Process(server.process.pid).children(recursive=True)

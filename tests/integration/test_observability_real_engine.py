@@ -141,7 +141,6 @@ def traced(receiver: OtlpReceiver) -> Iterator[RunningServer]:
         "--trace-config=opentelemetry,resource=service.name=observability-test",
         "--metrics-config=histogram_latencies=true",
         name="traced",
-        env={"CPU_KVCACHE_SPACE_GIB": "1"},
     )
     yield server
     code, _ = server.stop(signal.SIGTERM)

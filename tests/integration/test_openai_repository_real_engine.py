@@ -50,7 +50,7 @@ def lora_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
         "--models",
         "alpha",
         name="openai-lora",
-        env={"CPU_KVCACHE_SPACE_GIB": "1", **EXPLICIT_CONTROL_ENV},
+        env=EXPLICIT_CONTROL_ENV,
     )
     yield server
     code, alive = server.stop(signal.SIGTERM)

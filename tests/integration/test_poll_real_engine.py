@@ -40,7 +40,6 @@ def polled(
     env = {
         "MODEL_CONTROL_MODE": "poll",
         "REPOSITORY_POLL_SECS": "1",
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "HF_MODULES_CACHE": str(modules_cache),
     }
     server = start_server("--model-repository", str(root), name="poll", env=env)

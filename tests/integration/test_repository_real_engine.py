@@ -92,7 +92,7 @@ def multi_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
         "--models",
         "alpha",
         name="multi",
-        env={"CPU_KVCACHE_SPACE_GIB": "1", **EXPLICIT_CONTROL_ENV},
+        env=EXPLICIT_CONTROL_ENV,
     )
     yield server
     _code, alive = server.stop(signal.SIGTERM)

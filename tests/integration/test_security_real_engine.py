@@ -130,7 +130,6 @@ def secure(
         "GRPC_SERVER_KEY": str(pki.server_key),
         "GRPC_ROOT_CERT": str(pki.ca_cert),
         "HF_MODULES_CACHE": str(modules_cache),
-        "CPU_KVCACHE_SPACE_GIB": "1",
     }
     server = start_server(
         "--model-repository", str(root), name="secure", env=env, tls=server_trust(pki)

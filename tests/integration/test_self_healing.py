@@ -48,7 +48,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def healing(repository: Path) -> Iterator[RunningServer]:
     env = {
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "ENGINE_RESTART_MAX": str(MAX_RESTARTS),
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
         "ENGINE_RESTART_BACKOFF_MAX_SECONDS": "1",

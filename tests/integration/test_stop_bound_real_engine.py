@@ -27,7 +27,6 @@ def restarting_cores(pid: int, killed: psutil.Process) -> list[psutil.Process]:
 
 def test_sigterm_while_a_restarting_engine_hangs_exits_within_the_drain_timeout_plus_10_s() -> None:
     env = {
-        "CPU_KVCACHE_SPACE_GIB": "1",
         "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_S),
         "SHUTDOWN_GRACE_SECONDS": str(SHUTDOWN_GRACE_S),
         "ENGINE_RESTART_BACKOFF_SECONDS": "0.2",
