@@ -1,7 +1,8 @@
 """A client's image URL through vLLM's own chat parsing (what its chat and Responses serving
 run on a request's messages), for a multimodal model: a LLaVA model folder of configuration
 only (the default model takes no images, so vLLM refuses its media before any fetch). A
-local HTTP server records what it was asked for."""
+local HTTP server records what it was asked for. And the server running the default model
+set the media guard up before it started its engine."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from transformers import CLIPImageProcessor, LlavaConfig
 from vllm.config import ModelConfig
 
 from app.engine.vllm_openai.media import CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, guard_media
+from tests.support.servers import RunningServer
 from tests.support.third_party import MODEL_DIR
 
 try:  # 0.32
@@ -90,3 +93,18 @@ def test_an_image_url_is_fetched_only_from_a_host_the_model_lists(
         assert paths == ["/cat.png"]
 
     asyncio.run(refused_then_listed())
+
+
+def test_the_server_set_the_guard_up_before_its_engine_started(server: RunningServer) -> None:
+    """What the server's processes were started with after the guard was set up (the engine's
+    are spawned once the server has built its engine factory)."""
+    wanted = {
+        CONNECTOR_VARIABLE: "listed-hosts",
+        REDIRECTS_VARIABLE: "0",
+        "VLLM_MAX_IMAGE_PIXELS": str(4096 * 4096),
+    }
+    environments = [
+        process.environ() for process in psutil.Process(server.process.pid).children(True)
+    ]
+    guarded = [env for env in environments if wanted.items() <= env.items()]
+    assert guarded, [{name: env.get(name) for name in wanted} for env in environments]
