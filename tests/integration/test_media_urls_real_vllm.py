@@ -63,9 +63,15 @@ def requested() -> Iterator[tuple[str, list[str]]]:
     server.server_close()
 
 
-async def parse(folder: Path, url: str, hosts: list[str] | None) -> None:
+async def parse(
+    folder: Path, url: str, hosts: list[str] | None, responses_api: bool = False
+) -> None:
+    """The messages of one chat request with an image at `url`, as vLLM parses them (the
+    Responses API's `input_image` part with `responses_api`)."""
     config = ModelConfig(model=str(folder), tokenizer=str(folder), allowed_media_domains=hosts)
-    image = {"type": "image_url", "image_url": {"url": url}}
+    image: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+    if responses_api:
+        image = {"type": "input_image", "image_url": url, "detail": "auto"}
     messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
     await parse_chat_messages_async(messages, config, "openai")
 
@@ -85,8 +91,9 @@ def test_an_image_url_is_fetched_only_from_a_host_the_model_lists(
     address, paths = requested
 
     async def refused_then_listed() -> None:
-        with pytest.raises(ValueError, match=r"^image_url: remote media URLs are off"):
-            await parse(llava_folder, address + "/latest/meta-data", None)
+        for responses_api in (False, True):
+            with pytest.raises(ValueError, match=r"^image_url: remote media URLs are off"):
+                await parse(llava_folder, address + "/latest/meta-data", None, responses_api)
         assert paths == []
         with pytest.raises(Exception, match="404"):
             await parse(llava_folder, address + "/cat.png", ["127.0.0.1"])
