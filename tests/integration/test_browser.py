@@ -32,6 +32,10 @@ ADDRESS_SPACE_NEEDED = 128 * 2**30
 """Chromium reserves about 100 GiB of address space at start (V8's sandbox, PartitionAlloc's
 pools; measured: it starts under `ulimit -v` of 115 GiB, not 76 GiB). It is not memory used."""
 STREAM_TIMEOUT_MS = 180_000  # a slow, shared 2-core CPU
+PAGE_TIMEOUT_MS = 60_000
+"""How long a page's element may take to appear (Swagger UI renders the whole API first:
+more than Playwright's 5 s on a busy 2-core host)."""
+expect.set_options(timeout=PAGE_TIMEOUT_MS)
 GENERATE = "/v2/models/smollm2/generate"
 
 
@@ -112,7 +116,7 @@ def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
 
     context.route("**/*", only_the_server)
     page = context.new_page()
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     try:
