@@ -31,6 +31,9 @@ PLUGIN_ENTRY_POINT = "cpu_ray = tests.support.ray_cpu_platform:register"
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 STOP_TIMEOUT_S = 20
 TERM_GRACE_S = 5
+STARTED = "Ray runtime started."
+"""What `ray start` logs once its node is up (then it blocks)."""
+START_TIMEOUT_S = 300
 
 
 @dataclass
@@ -60,6 +63,18 @@ class RayNode:
                 continue
         return [name for name in names if "ray::" in name]
 
+    def started(self) -> bool:
+        """Wait until the node is up (True) or its `ray start` gave up (False): on a busy host
+        Ray's own start-up limits can end a node's start ("timed out during startup")."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if STARTED in self.log_path.read_text(errors="replace"):
+                return True
+            if self.process.poll() is not None:
+                return False
+            time.sleep(0.5)
+        return False
+
     def kill(self) -> None:
         """SIGKILL the whole node at once: a node lost, as a crashed machine or pod is."""
         processes = self.processes()
@@ -86,7 +101,8 @@ class LocalRayCluster:
 
     @property
     def workers(self) -> list[RayNode]:
-        return self.nodes[1:]
+        """The worker nodes whose `ray start` still runs (one that gave up starting is none)."""
+        return [node for node in self.nodes[1:] if node.process.poll() is None]
 
     def add_node(self, name: str, ip: str, head_port: int | None = None) -> RayNode:
         """`ray start --block` for one node with one CPU and one worker slot ("GPU")."""
@@ -182,14 +198,30 @@ def local_ray_cluster(
     cluster = LocalRayCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir, env=env)
     started = time.time()
     try:
-        cluster.add_node("head", "127.0.0.1", head_port=port)
-        for _ in range(workers):
-            cluster.add_worker()
+        start_nodes(cluster, port, workers)
         yield cluster
     finally:
         stop(cluster)
         shutil.rmtree(temp_dir, ignore_errors=True)
         remove_cpu_pipeline_shm(started)
+
+
+def start_nodes(cluster: LocalRayCluster, port: int, workers: int) -> None:
+    """The head, then each worker, each up before the next starts. A node whose `ray start`
+    gave up (Ray's own limits on a busy host) is started once more: the head on a new port,
+    after every process of the first try is killed; a worker as one more node."""
+    head = cluster.add_node("head", "127.0.0.1", head_port=port)
+    if not head.started():
+        for process in cluster.leftovers():
+            with suppress(psutil.NoSuchProcess):
+                process.kill()
+        cluster.nodes.clear()
+        port = free_port()
+        cluster.address = cluster.env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+        cluster.add_node("head-again", "127.0.0.1", head_port=port).started()
+    for _ in range(workers):
+        if not cluster.add_worker().started():
+            cluster.add_worker().started()
 
 
 def remove_cpu_pipeline_shm(since: float) -> None:
