@@ -7,9 +7,7 @@ set the media guard up before it started its engine."""
 from __future__ import annotations
 
 import asyncio
-import http.server
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from transformers import CLIPImageProcessor, LlavaConfig
 from vllm.config import ModelConfig
 
 from app.engine.vllm_openai.media import CONNECTOR_VARIABLE, REDIRECTS_VARIABLE, guard_media
+from tests.support.media_host import MediaHost, media_host_serving
 from tests.support.servers import RunningServer
 from tests.support.third_party import MODEL_DIR
 
@@ -43,24 +42,10 @@ def llava_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def requested() -> Iterator[tuple[str, list[str]]]:
-    """A local server's address, and the paths it was asked for."""
-    paths: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            paths.append(self.path)
-            self.send_response(404)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", paths
-    server.shutdown()
-    server.server_close()
+def media_host() -> Iterator[MediaHost]:
+    """A local server that answers 404, recording what it was asked for."""
+    with media_host_serving() as host:
+        yield host
 
 
 async def parse(
@@ -85,10 +70,10 @@ def server_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_image_url_is_fetched_only_from_a_host_the_model_lists(
-    llava_folder: Path, requested: tuple[str, list[str]]
+    llava_folder: Path, media_host: MediaHost
 ) -> None:
     """Both in one event loop: vLLM keeps its HTTP session on the first loop that used it."""
-    address, paths = requested
+    address, paths = media_host.url, media_host.paths
 
     async def refused_then_listed() -> None:
         for responses_api in (False, True):

@@ -142,6 +142,16 @@ class LocalRayCluster:
         number = len(self.nodes)
         return self.add_node(f"worker{number}", f"127.0.0.{number + 1}")
 
+    def join_worker(self) -> RayNode:
+        """One more worker node, up once this returns; one whose `ray start` gave up (Ray's
+        own limits on a busy host) is replaced by one more node."""
+        node = self.add_worker()
+        if node.started():
+            return node
+        replacement = self.add_worker()
+        replacement.started()
+        return replacement
+
     def leftovers(self) -> list[psutil.Process]:
         """Processes of this cluster still alive: any node's, or any naming its folder."""
         alive = {p.pid: p for node in self.nodes for p in node.processes()}
@@ -220,8 +230,7 @@ def start_nodes(cluster: LocalRayCluster, port: int, workers: int) -> None:
         cluster.address = cluster.env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
         cluster.add_node("head-again", "127.0.0.1", head_port=port).started()
     for _ in range(workers):
-        if not cluster.add_worker().started():
-            cluster.add_worker().started()
+        cluster.join_worker()
 
 
 def remove_cpu_pipeline_shm(since: float) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import http.server
 import io
 import os
 import struct
-import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +25,7 @@ from app.engine.vllm_openai.media import (
     REDIRECTS_VARIABLE,
     guard_media,
 )
+from tests.support.media_host import MediaHost, media_host_serving
 
 try:  # 0.32
     from vllm.multimodal.media import MEDIA_CONNECTOR_REGISTRY, ImageMediaIO
@@ -63,46 +62,10 @@ def data_url(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
-class MediaHost:
-    """A local HTTP server: a PNG at every path, `/jump` a redirect to `redirect_to`."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self.redirect_to = ""
-        host = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                host.paths.append(self.path)
-                if self.path == "/jump":
-                    self.send_response(302)
-                    self.send_header("Location", host.redirect_to)
-                    self.end_headers()
-                    return
-                body = png()
-                self.send_response(200)
-                self.send_header("Content-Type", "image/png")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 @pytest.fixture
 def media_host() -> Iterator[MediaHost]:
-    host = MediaHost()
-    yield host
-    host.close()
+    with media_host_serving(png()) as host:
+        yield host
 
 
 @pytest.fixture(autouse=True)
@@ -150,15 +113,12 @@ def test_a_listed_host_or_any_host_is_fetched(media_host: MediaHost, hosts: list
 
 
 def test_a_listed_host_cannot_redirect_the_fetch_elsewhere(media_host: MediaHost) -> None:
-    elsewhere = MediaHost()
-    try:
+    with media_host_serving(png()) as elsewhere:
         media_host.redirect_to = elsewhere.url + "/secret"
         with pytest.raises(ValueError, match="image"):  # the redirect's empty body
             fetch(["127.0.0.1"], media_host.url + "/jump")
         assert media_host.paths == ["/jump"]
         assert elsewhere.paths == []
-    finally:
-        elsewhere.close()
 
 
 def test_inline_data_urls_are_read_with_no_host_listed() -> None:
