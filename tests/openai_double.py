@@ -69,17 +69,19 @@ class FakeOpenAIServing:
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+    ) -> bytes | AsyncGenerator[str, None]:
         if endpoint is OpenAIEndpoint.RESPONSES:
-            return await self.create_response(body, guard=guard, adapter=adapter)
-        if endpoint is OpenAIEndpoint.COMPLETIONS:
+            result = await self.create_response(body, guard=guard, adapter=adapter)
+        elif endpoint is OpenAIEndpoint.COMPLETIONS:
             completion = read(CompletionBody, body)
-            return await self._serve(
+            result = await self._serve(
                 completion, completion.prompt, "text_completion", guard, adapter, headers
             )
-        chat = read(ChatBody, body)
-        prompt = " ".join(message.content for message in chat.messages)
-        return await self._serve(chat, prompt, "chat.completion", guard, adapter, headers)
+        else:
+            chat = read(ChatBody, body)
+            prompt = " ".join(message.content for message in chat.messages)
+            result = await self._serve(chat, prompt, "chat.completion", guard, adapter, headers)
+        return json.dumps(result).encode() if isinstance(result, dict) else result
 
     async def create_response(
         self, body: dict[str, Any], *, guard: RequestGuard, adapter: str | None

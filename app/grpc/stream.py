@@ -26,7 +26,7 @@ from app.observability.access_log import RequestLog, write_access_log
 from app.runtime import Runtime
 from app.security.redaction import without_dumps
 from app.triton.inputs import read_inputs
-from app.triton.outputs import ResponseBuilder
+from app.triton.outputs import ResponseBuilder, formatted
 from app.triton.request import StreamPolicy, triton_request
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class StreamSession:
                 if held is not None:
                     await self._write(held)
                     held = None
-                message = responses.response(chunk)
+                message = await formatted(responses.response, chunk)
                 if chunk.finished:
                     held = message
                 else:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.datastructures import Headers
 
 from app.core.limits import check_name
@@ -49,7 +49,7 @@ class StreamStarts(enum.Enum):
 
 STREAM_STARTS: Final = StreamStarts.MARKER
 
-Results = AsyncGenerator[dict[str, Any] | Literal[StreamStarts.MARKER] | str, None]
+Results = AsyncGenerator[bytes | Literal[StreamStarts.MARKER] | str, None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +77,16 @@ async def respond(
         first = await until_disconnect(context.request, anext(results))
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    if isinstance(first, dict):
+    if isinstance(first, bytes):
         await results.aclose()
-        return JSONResponse(first)
+        return Response(first, media_type="application/json")
     return EventStream(frames_of(results))
 
 
 async def run(
     context: OpenAIContext, target: Target, body: dict[str, Any], endpoint: OpenAIEndpoint
 ) -> Results:
-    """The response's JSON (one item), or `STREAM_STARTS` and the frames, under the request's
+    """The response's JSON text (one item), or `STREAM_STARTS` and the frames, under the request's
     admission. Errors once a stream has started are a frame of their own before `data: [DONE]`
     (the Responses API's: an `error` event, and no `[DONE]`)."""
     streaming, response, sent = False, None, 0
@@ -107,7 +107,7 @@ async def run(
                 adapter=target.adapter,
                 headers=forwarded_headers(context.request.headers),
             )
-            if isinstance(result, dict):
+            if isinstance(result, bytes):
                 response = result
             else:
                 streaming = True

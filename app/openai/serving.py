@@ -50,8 +50,8 @@ class OpenAIServing(Protocol):
         guard: RequestGuard,
         adapter: str | None,
         headers: Mapping[str, str],
-    ) -> dict[str, Any] | AsyncGenerator[str, None]:
-        """The response's JSON, or its SSE frames when the body asks to stream: `data: {...}`
+    ) -> bytes | AsyncGenerator[str, None]:
+        """The response's JSON text, or its SSE frames when the body asks to stream: `data: {...}`
         ending with `data: [DONE]`; the Responses API's `event: <type>` and `data: {...}`,
         with no `[DONE]`."""
         ...

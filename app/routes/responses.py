@@ -23,7 +23,7 @@ from app.repository.registry import ModelRegistry
 from app.repository.served_model import ServedModel
 from app.schemas.generate import GenerateRequest
 from app.triton.inputs import body_inputs
-from app.triton.outputs import ResponseBuilder
+from app.triton.outputs import ResponseBuilder, formatted
 from app.triton.request import StreamPolicy, triton_request
 
 Responses = AsyncGenerator[dict[str, Any], None]
@@ -140,7 +140,7 @@ async def backend_responses(
     failure is noted in the access log (a stream's status is already 200)."""
     try:
         async for chunk in chunks:
-            yield builder.build(chunk)
+            yield await formatted(builder.build, chunk)
     except ServerError as exc:
         if log is not None:
             log.error = exc.detail

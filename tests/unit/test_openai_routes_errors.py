@@ -194,6 +194,6 @@ async def test_drain_aborts_long_requests_with_an_error(repository: Path) -> Non
     assert streamed[-1] == "data: [DONE]\n\n"
     error = json.loads(streamed[-2].removeprefix("data: "))["error"]
     assert error["code"] == 503 and "shutting down" in error["message"]
-    assert finished["choices"][0]["finish_reason"] == "length"
+    assert json.loads(finished)["choices"][0]["finish_reason"] == "length"
     assert not registry.get("fake").in_flight and len(engine.abort_calls) == 2
     await registry.shutdown()

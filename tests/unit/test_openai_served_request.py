@@ -106,7 +106,7 @@ async def test_concurrent_requests_run_through_their_own_guards_on_one_serving_o
             for i, guard in enumerate(guards)
         )
     )
-    assert answers == [{"tokens": 2}] * 3 and server.engine_client is llm
+    assert answers == [b'{"tokens":2}'] * 3 and server.engine_client is llm
     for guard in guards:
         assert guard.observer.calls == [(3, 1), (0, 1)]  # type: ignore[union-attr]
     assert sorted(llm.started) == ["cmpl-0", "cmpl-1", "cmpl-2"]
@@ -120,7 +120,7 @@ async def test_an_engine_request_a_stream_asks_for_as_it_is_read_is_the_requests
     stream = await openai_api(llm, requests)._serve(
         ServingObject(llm).create_responses, SimpleNamespace(name=1), guard, None, {}, as_is
     )
-    assert not isinstance(stream, dict)
+    assert not isinstance(stream, bytes)
     assert await anext(stream) == "created" and llm.started == []  # type: ignore[attr-defined]
     assert await anext(stream) == "delta" and requests == {"admitted": {"resp-1"}}
     assert [event async for event in stream] == ["delta"] and requests == {}

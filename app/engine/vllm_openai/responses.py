@@ -69,9 +69,9 @@ def check_assistant_messages(items: str | list[Any]) -> None:
             )
 
 
-def response_json(response: BaseModel) -> dict[str, Any]:
-    """A response as vLLM's server writes it (by alias: `text.format.schema`)."""
-    return response.model_dump(mode="json", by_alias=True)
+def response_json(response: BaseModel) -> bytes:
+    """A response's JSON as vLLM's server writes it (by alias: `text.format.schema`)."""
+    return response.__pydantic_serializer__.to_json(response, by_alias=True)
 
 
 async def sse_frames(
