@@ -1,8 +1,8 @@
-"""A response of many log-probabilities is built off the event loop. OpenAI chat: vLLM's
-build of a non-streamed response (here a stand-in for it, in its place on vLLM's class) runs
-in a worker thread, given the engine's outputs as they ended, while the loop goes on serving.
-Triton (HTTP and gRPC): a chunk's outputs are formatted in a worker thread where it carries
-many log-probability positions."""
+"""A response of many log-probabilities is built off the event loop. OpenAI: vLLM's build of
+a non-streamed completion or chat response (here stand-ins for them, in their place on vLLM's
+classes) is deferred, given the engine's outputs as they ended, and run in a worker thread
+while the loop goes on serving. Triton (HTTP and gRPC): a chunk's outputs are formatted in a
+worker thread where it carries many log-probability positions."""
 
 from __future__ import annotations
 
@@ -14,41 +14,41 @@ from typing import Any
 import pytest
 
 from app.core.types import CompletionDelta, GenerationChunk
-from app.engine.vllm_openai.compat import OpenAIServingChat
-from app.engine.vllm_openai.off_loop import OffLoopChat, run_to_end
+from app.engine.vllm_openai.compat import OpenAIServingChat, OpenAIServingCompletion
+from app.engine.vllm_openai.off_loop import (
+    DeferredResponse,
+    OffLoopChat,
+    OffLoopCompletion,
+    built,
+    run_to_end,
+)
 from app.errors import RequestTimeoutError
 from app.triton.outputs import OFF_LOOP_POSITIONS, formatted
 
 LOOP_TICKS = 5
 
 
-class Build:
-    """vLLM's full-response build in miniature: it reads every output, then answers with the
-    last one; where it ran, and whether the loop ran meanwhile, are recorded."""
-
-    def __init__(self, wait_for_loop: threading.Event | None = None) -> None:
-        self.thread: threading.Thread | None = None
-        self.wait_for_loop = wait_for_loop
-        self.loop_ran = False
-
-    async def __call__(self, request: Any, outputs: AsyncIterator[Any], *args: Any) -> Any:
-        last = None
-        try:
-            async for output in outputs:
-                last = output
-        except asyncio.CancelledError:
-            return "Client disconnected"
-        self.thread = threading.current_thread()
-        if self.wait_for_loop is not None:  # the build's synchronous work, as long as it takes
-            self.loop_ran = self.wait_for_loop.wait(timeout=30)
-        return (request, last, args)
+async def chat_build(self: Any, request: Any, outputs: AsyncIterator[Any], *args: Any) -> Any:
+    """vLLM's chat build in miniature: it reads every output, then answers with the last."""
+    last = None
+    try:
+        async for output in outputs:
+            last = output
+    except asyncio.CancelledError:
+        return "Client disconnected"
+    return (request, last, args)
 
 
-@pytest.fixture
-def build(monkeypatch: pytest.MonkeyPatch) -> Build:
-    stand_in = Build(threading.Event())
-    monkeypatch.setattr(OpenAIServingChat, "chat_completion_full_generator", stand_in)
-    return stand_in
+def completion_build(self: Any, outputs: list[Any], request: Any, *args: Any) -> Any:
+    return (request, outputs, args)
+
+
+@pytest.fixture(autouse=True)
+def vllms_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(OpenAIServingChat, "chat_completion_full_generator", chat_build)
+    monkeypatch.setattr(
+        OpenAIServingCompletion, "request_output_to_completion_response", completion_build
+    )
 
 
 def chat() -> OffLoopChat:
@@ -63,6 +63,32 @@ async def outputs(*items: Any, error: BaseException | None = None) -> AsyncGener
         raise error
 
 
+async def test_vllms_chat_build_is_deferred_and_given_the_last_output() -> None:
+    deferred = await chat().chat_completion_full_generator("request", outputs(1, 2, 3), "id")
+    assert isinstance(deferred, DeferredResponse)
+    assert deferred.build() == ("request", 3, ("id",))
+
+
+async def test_vllms_completion_build_is_deferred_with_its_arguments() -> None:
+    completion = OffLoopCompletion.__new__(OffLoopCompletion)
+    deferred = completion.request_output_to_completion_response([1, 2], "request", "id")
+    assert isinstance(deferred, DeferredResponse)
+    assert deferred.build() == ("request", [1, 2], ("id",))
+
+
+async def test_an_error_that_ended_the_outputs_is_raised_by_the_build() -> None:
+    stream = outputs(1, error=RequestTimeoutError("late"))
+    deferred = await chat().chat_completion_full_generator("request", stream)
+    with pytest.raises(RequestTimeoutError):
+        await built(deferred)
+
+
+async def test_cancelled_outputs_reach_the_build_as_vllms_client_disconnected() -> None:
+    stream = outputs(1, error=asyncio.CancelledError())
+    deferred = await chat().chat_completion_full_generator("request", stream)
+    assert await built(deferred) == "Client disconnected"
+
+
 async def ticking(done: threading.Event) -> None:
     """The loop's own work while a build runs: a few turns, then the build may end."""
     for _ in range(LOOP_TICKS):
@@ -70,32 +96,18 @@ async def ticking(done: threading.Event) -> None:
     done.set()
 
 
-async def test_the_build_runs_in_a_worker_thread_while_the_loop_keeps_serving(
-    build: Build,
-) -> None:
-    assert build.wait_for_loop is not None
-    ticker = asyncio.ensure_future(ticking(build.wait_for_loop))
-    answer = await chat().chat_completion_full_generator("request", outputs(1, 2, 3), "id")
+async def test_a_deferred_build_runs_in_a_worker_thread_while_the_loop_keeps_serving() -> None:
+    loop_turned = threading.Event()
+
+    def build() -> tuple[threading.Thread, bool]:  # as long as its synchronous work takes
+        return threading.current_thread(), loop_turned.wait(timeout=30)
+
+    ticker = asyncio.ensure_future(ticking(loop_turned))
+    thread, loop_ran = await built(DeferredResponse(build))
     await ticker
-    assert answer == ("request", 3, ("id",))
-    assert build.thread is not None and build.thread is not threading.main_thread()
-    assert build.loop_ran  # the loop turned while the build was still running
-
-
-async def test_an_error_that_ended_the_outputs_is_raised_by_the_build(build: Build) -> None:
-    build.wait_for_loop = None
-    with pytest.raises(RequestTimeoutError):
-        await chat().chat_completion_full_generator(
-            "request", outputs(1, error=RequestTimeoutError("late"))
-        )
-
-
-async def test_cancelled_outputs_reach_the_build_as_vllms_client_disconnected(
-    build: Build,
-) -> None:
-    build.wait_for_loop = None
-    stream = outputs(1, error=asyncio.CancelledError())
-    assert await chat().chat_completion_full_generator("request", stream) == "Client disconnected"
+    assert thread is not threading.main_thread()
+    assert loop_ran  # the loop turned while the build was still running
+    assert await built("a stream") == "a stream"
 
 
 async def test_a_build_that_waits_for_something_else_is_an_error_not_a_hang() -> None:

@@ -1,42 +1,76 @@
-"""vLLM's chat serving, its non-streamed responses built off the event loop.
+"""vLLM's completion and chat serving, their non-streamed responses built off the event loop.
 
-Once the engine has finished a non-streamed chat request, vLLM's serving code builds the
-whole response in one synchronous step: a pydantic object per log-probability, so `n` choices
-of many tokens with `top_logprobs` take seconds of Python (16 x 400 tokens x 20: 1.3 s on a
-2-core host), during which the event loop, and with it every health probe and every other
-stream of the process, waits. Here the engine's outputs are read on the loop as before, and
-the build runs in a worker thread, whose Python the interpreter interleaves with the loop's."""
+Once the engine has finished a non-streamed request, vLLM's serving code builds the whole
+response in one synchronous step: with `n` choices of many tokens and log-probabilities that
+is seconds of Python (chat, 16 x 400 tokens x top 20: 1.3 s on a 2-core host), during which
+the event loop, and with it every health probe and every other stream of the process, waits.
+Here vLLM's code returns the build unrun (`DeferredResponse`), and the engine adapter runs it
+in a worker thread (`built`), whose Python the interpreter interleaves with the loop's."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
-from app.engine.vllm_openai.compat import OpenAIServingChat
+from app.engine.vllm_openai.compat import OpenAIServingChat, OpenAIServingCompletion
 
-__all__ = ["OffLoopChat", "run_to_end"]
+__all__ = ["DeferredResponse", "OffLoopChat", "OffLoopCompletion", "built", "run_to_end"]
 
 T = TypeVar("T")
 
 
-class OffLoopChat(OpenAIServingChat):
-    """vLLM's chat serving, its full (non-streamed) responses built in a worker thread."""
+@dataclass(frozen=True, slots=True)
+class DeferredResponse:
+    """A full response of vLLM's serving code, to be built by calling `build`."""
 
-    async def chat_completion_full_generator(
+    build: Callable[[], Any]
+
+    def model_dump_json(self, **options: Any) -> str:
+        """The response's JSON, built here: where vLLM's own code writes it (older releases
+        answer some stream requests with one event of the full response)."""
+        return str(self.build().model_dump_json(**options))
+
+
+async def built(result: Any) -> Any:
+    """`result` of vLLM's serving code, built in a worker thread where it was deferred."""
+    if isinstance(result, DeferredResponse):
+        return await asyncio.to_thread(result.build)
+    return result
+
+
+class OffLoopCompletion(OpenAIServingCompletion):
+    """vLLM's completion serving, its full responses deferred."""
+
+    def request_output_to_completion_response(  # type: ignore[override] # `built` runs it
+        self, *args: Any, **kwargs: Any
+    ) -> DeferredResponse:
+        build = super().request_output_to_completion_response
+        return DeferredResponse(partial(build, *args, **kwargs))
+
+
+class OffLoopChat(OpenAIServingChat):
+    """vLLM's chat serving, its full responses deferred: the engine's outputs are read here,
+    on the loop; vLLM's build is given them as they ended."""
+
+    async def chat_completion_full_generator(  # type: ignore[override] # `built` runs it
         self, request: Any, result_generator: AsyncIterator[Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        """vLLM's own build, given the engine's outputs read here: its last one, or how the
-        stream ended (a cancelled request is vLLM's "Client disconnected" as before)."""
+    ) -> DeferredResponse:
         last, error = await final_output(result_generator)
-        build = super().chat_completion_full_generator(
-            request, replayed(last, error), *args, **kwargs
-        )
-        return await asyncio.to_thread(run_to_end, build)
+        full_generator = super().chat_completion_full_generator
+
+        def build() -> Any:
+            outputs = replayed(last, error)
+            return run_to_end(full_generator(request, outputs, *args, **kwargs))
+
+        return DeferredResponse(build)
 
 
 async def final_output(outputs: AsyncIterator[Any]) -> tuple[Any, BaseException | None]:
-    """The last of `outputs` (None if none came), and the error that ended them, if any."""
+    """The last of `outputs` (None if none came), and the error that ended them, if any (a
+    cancelled request is vLLM's "Client disconnected" as before)."""
     last = None
     try:
         async for output in outputs:
@@ -62,4 +96,4 @@ def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     coroutine.close()
-    raise RuntimeError("vLLM's chat response build waited for something other than outputs")
+    raise RuntimeError("vLLM's response build waited for something other than the outputs")

@@ -22,7 +22,6 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     ErrorResponse,
     OnlineRenderer,
-    OpenAIServingCompletion,
     OpenAIServingModels,
     ToolParserManager,
     load_chat_template,
@@ -32,7 +31,7 @@ from app.engine.vllm_openai.errors import as_server_error, raised_by_vllm
 from app.engine.vllm_openai.guarded_request import EngineOutputs, GuardedRequest, bound, serving
 from app.engine.vllm_openai.guarded_request import EngineRequests as EngineRequests  # VllmEngine
 from app.engine.vllm_openai.limits import read_within_limits
-from app.engine.vllm_openai.off_loop import OffLoopChat
+from app.engine.vllm_openai.off_loop import OffLoopChat, OffLoopCompletion, built
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
     response_json,
@@ -159,7 +158,7 @@ class VllmOpenAIServing:
         served = GuardedRequest(self._llm, guard, self._requests, self._generate)
         try:
             with serving(served):
-                result = await create(request, RawRequest(headers))
+                result = await built(await create(request, RawRequest(headers)))
                 if not isinstance(result, (ErrorResponse, BaseModel)):
                     result = bound(await (start or begun_stream)(result, served), served)
         except ServerError:
@@ -219,7 +218,7 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
                 OnlineRenderer, {**shared, "reasoning_parser": reasoning or None}
             ),
         )
-        completion = OpenAIServingCompletion(
+        completion = OffLoopCompletion(
             llm, models, online_renderer=renderer, request_logger=None, **usage
         )
         chat_arguments = {
