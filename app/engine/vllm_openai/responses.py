@@ -10,7 +10,6 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from openai.types.responses import ResponseOutputMessage
-from pydantic import BaseModel
 
 from app.core.guard import RequestGuard
 from app.engine.vllm_openai.acceptance import first_then_rest
@@ -67,11 +66,6 @@ def check_assistant_messages(items: str | list[Any]) -> None:
                 "an output_text part (its text is what the model reads)",
                 param=f"input[{index}].content",
             )
-
-
-def response_json(response: BaseModel) -> bytes:
-    """A response's JSON as vLLM's server writes it (by alias: `text.format.schema`)."""
-    return response.__pydantic_serializer__.to_json(response, by_alias=True)
 
 
 async def sse_frames(

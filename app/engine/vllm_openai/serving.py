@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
@@ -34,7 +35,6 @@ from app.engine.vllm_openai.limits import read_within_limits
 from app.engine.vllm_openai.off_loop import OffLoopChat, OffLoopCompletion, built
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
-    response_json,
     responses_begun,
     responses_request,
     responses_server,
@@ -62,10 +62,10 @@ class Servers(NamedTuple):
     responses: Any
 
 
-def json_text(response: BaseModel) -> bytes:
+def json_text(response: BaseModel, by_alias: bool = False) -> bytes:
     """A response's JSON as vLLM's server writes it, serialized by pydantic at once (not a
     dict first: a response of many log-probabilities takes a tenth of the time)."""
-    return response.__pydantic_serializer__.to_json(response)
+    return response.__pydantic_serializer__.to_json(response, by_alias=by_alias)
 
 
 class VllmOpenAIServing:
@@ -130,7 +130,7 @@ class VllmOpenAIServing:
                 adapter,
                 headers,
                 start=responses_begun,
-                dump=response_json,
+                dump=partial(json_text, by_alias=True),  # `text.format.schema`
             )
         if endpoint is OpenAIEndpoint.COMPLETIONS:
             request = read_within_limits(CompletionRequest, body, guard, max_logprobs)
@@ -153,7 +153,8 @@ class VllmOpenAIServing:
     ) -> bytes | AsyncGenerator[str, None]:
         """Run one request with vLLM's `create`, serving it (the engine requests it asks for are the
         request's): a stream is begun by `start` (by default once the engine took its
-        requests) and read serving it, a response written by `dump`."""
+        requests) and read serving it, a response built off the loop where vLLM deferred it
+        (`built`) and written by `dump`."""
         request.model = adapter or self._name
         served = GuardedRequest(self._llm, guard, self._requests, self._generate)
         try:
