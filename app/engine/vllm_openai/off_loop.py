@@ -28,11 +28,6 @@ class DeferredResponse:
 
     build: Callable[[], Any]
 
-    def model_dump_json(self, **options: Any) -> str:
-        """The response's JSON, built here: where vLLM's own code writes it (older releases
-        answer some stream requests with one event of the full response)."""
-        return str(self.build().model_dump_json(**options))
-
 
 async def built(result: Any) -> Any:
     """`result` of vLLM's serving code, built in a worker thread where it was deferred."""
