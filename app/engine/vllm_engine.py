@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import gc
 import inspect
 import logging
 import os
@@ -23,6 +21,7 @@ from app.core.migration import EngineHandover
 from app.core.types import GenerationChunk, ValidRequest
 from app.engine.capacity import admission_capacity
 from app.engine.client_slot import ClientSlot, CoreBroker
+from app.engine.freed_memory import return_freed_memory
 from app.engine.grammars import ENGINE_ERROR, close_grammar_check, failure_of, grammar_check
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.outputs import to_chunk
@@ -45,8 +44,6 @@ logger = logging.getLogger(__name__)
 
 Built = TypeVar("Built")
 
-MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
-"""glibc's: returns the free heap to the system (absent from other C libraries)."""
 PREFIX_CHARS_PER_TOKEN = (6, 24)
 """`prefix_tokens` tokenizes this many characters per token wanted, then (where those were
 too few) this many (tokens are shorter)."""
@@ -376,16 +373,6 @@ def check_not_failed(chunk: GenerationChunk, sampling_params: SamplingParams, wh
     passed its checks but failed to compile): an error, never a success."""
     if any(c.finish_reason == ENGINE_ERROR for c in chunk.completions):
         raise failure_of(sampling_params, where)
-
-
-def return_freed_memory() -> None:
-    """Collect the stopped engine's objects and hand the freed heap back to the system: the
-    allocator keeps it otherwise, and the server's RSS grows with every reload. (Frozen
-    objects are never collected: the registry thaws the heap around each load, unload and
-    engine restart, app/repository/heap_freezer.py.)"""
-    gc.collect()
-    if MALLOC_TRIM is not None:
-        MALLOC_TRIM(0)
 
 
 async def once_built(creating: asyncio.Future[Built]) -> Built | None:
