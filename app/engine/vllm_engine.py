@@ -135,6 +135,7 @@ class VllmEngine:
         except ModelConfigError as exc:
             await self.shutdown()
             raise ModelConfigError(f"{self._spec.config_path}: {exc}") from exc
+        await asyncio.to_thread(self._openai.warm_up)
 
     def engine_config(self) -> Any:
         """The engine's `VllmConfig` with the defaults `vllm serve` chooses for this hardware

@@ -140,3 +140,11 @@ def test_a_heavy_request_neither_stalls_nor_bloats_the_server(
     assert response.status_code < 500, response.text[:300]
     assert not probe.failures and probe.worst < LIVE_LIMIT_S, (probe.worst, probe.failures[:3])
     assert grown_mb < GROWTH_LIMIT_MB
+
+
+def test_the_chat_renderer_is_warmed_up_before_the_server_serves(server: RunningServer) -> None:
+    """As `vllm serve` does: the chat template is compiled and the model's processor loaded
+    (0.4 s on the event loop of a 2-core host) before the first request, not by it."""
+    log = server.log_path.read_text(errors="replace")
+    warmed_up = log.find("Detected the chat template content format")
+    assert 0 <= warmed_up < log.find("Application startup complete"), warmed_up

@@ -46,6 +46,7 @@ class NotServed:
         completion=SimpleNamespace(create_completion=None),
         chat=SimpleNamespace(create_chat_completion=None),
         responses=None,
+        renderer=None,
     )
     _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20))
 

@@ -60,6 +60,8 @@ class Servers(NamedTuple):
     completion: Any
     chat: Any
     responses: Any
+    renderer: Any
+    """The chat renderer they share (vLLM's `OnlineRenderer`)."""
 
 
 def json_text(response: BaseModel, by_alias: bool = False) -> bytes:
@@ -107,6 +109,19 @@ class VllmOpenAIServing:
             max_prompt_chars=max_prompt_chars(llm.model_config.max_model_len, tokenizer),
         )
         """Tokenization and runtime LoRA adapters (vLLM's utility routes)."""
+
+    def warm_up(self) -> None:
+        """What `vllm serve` does before it serves: render one chat message (the chat
+        template compiled, its content format found, the model's processor loaded), and a
+        multimodal model's processing warmed, so that the first requests do not wait for it.
+        Slow (a second on a small model): run it off the event loop."""
+        warmup = getattr(self._servers.renderer, "warmup", None)  # vLLM >= 0.30
+        if warmup is None:
+            return
+        try:
+            warmup()
+        except Exception:  # only the first requests' time is at stake
+            logger.warning("%s: the chat renderer's warm-up failed", self._name, exc_info=True)
 
     async def create(
         self,
@@ -237,7 +252,7 @@ def build_servers(llm: Any, models: Any, options: OpenAIOptions) -> Servers:
         responses = responses_server(llm, models, chat_arguments)
     except Exception as exc:  # unknown parser names, parsers that do not fit the tokenizer...
         raise ModelConfigError(f"OpenAI options: {type(exc).__name__}: {exc}") from exc
-    return Servers(completion, chat, responses)
+    return Servers(completion, chat, responses, renderer)
 
 
 def max_prompt_chars(context: int, tokenizer: Any) -> int | None:
