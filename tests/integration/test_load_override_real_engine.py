@@ -77,6 +77,14 @@ def http(explicit: RunningServer) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def uploaded_model(explicit: RunningServer) -> None:
+    """smollm2 version 1 loaded from uploaded files (`small_model_files`, `load_body`)."""
+    with httpx.Client(base_url=explicit.base_url, timeout=ENGINE_START_S) as client:
+        response = client.post(LOAD, json=load_body(small_model_files()))
+    assert response.status_code == 200, response.text
+
+
 def load_body(files: dict[str, Any]) -> dict[str, object]:
     """model.json naming `weights` in version 1 (one request at a time, queued by priority),
     and `files` (name -> bytes or JSON) in it."""
@@ -172,11 +180,10 @@ def engine_cores(server: RunningServer) -> list[psutil.Process]:
     return processes.engine_cores(server.process.pid)
 
 
+@pytest.mark.usefixtures("uploaded_model")
 def test_a_model_loaded_from_uploaded_files_is_restarted_after_its_engine_dies(
     http: httpx.Client, explicit: RunningServer, place: Path
 ) -> None:
-    response = http.post(LOAD, json=load_body(small_model_files()))
-    assert response.status_code == 200, response.text
     assert wait_for(lambda: len(engine_cores(explicit)) == 1, 60), engine_cores(explicit)
     body = {"text_input": "Hello", "parameters": {"max_tokens": 4, "ignore_eos": True}}
     assert http.post(GENERATE, json=body).status_code == 200
@@ -191,6 +198,7 @@ def test_a_model_loaded_from_uploaded_files_is_restarted_after_its_engine_dies(
     assert folder.is_dir() and [p.pid for p in engine_cores(explicit)] != [core.pid]
 
 
+@pytest.mark.usefixtures("uploaded_model")
 def test_a_priority_reorders_the_queue_of_an_engine_that_schedules_by_it(
     http: httpx.Client,
 ) -> None:
