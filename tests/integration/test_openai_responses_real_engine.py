@@ -13,6 +13,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from tests.support.openai_api import body_of, engine_unfinished, openai_error, wait_engine_idle
 from tests.support.servers import RunningServer
@@ -51,6 +52,26 @@ def test_a_response_is_the_chat_routes_answer_streamed_or_not(sdk: openai.OpenAI
     deltas = [event.delta for event in events if event.type == "response.output_text.delta"]
     assert "".join(deltas) == expected
     assert [event.sequence_number for event in events] == list(range(len(events)))
+
+
+def test_a_non_streamed_answer_carries_its_log_probabilities(sdk: openai.OpenAI) -> None:
+    """Built off the event loop, they are the answer's own: a token each, with its top 2."""
+    answer = sdk.responses.create(
+        model=MODEL,
+        input=QUESTION,
+        max_output_tokens=6,
+        temperature=0,
+        top_logprobs=2,
+        include=["message.output_text.logprobs"],
+    )
+    message = answer.output[0]
+    assert isinstance(message, ResponseOutputMessage)
+    (text,) = message.content
+    assert isinstance(text, ResponseOutputText) and text.logprobs is not None
+    assert answer.usage is not None and len(text.logprobs) == answer.usage.output_tokens
+    assert "".join(entry.token for entry in text.logprobs) == answer.output_text
+    assert all(len(entry.top_logprobs) == 2 for entry in text.logprobs)
+    assert all(entry.logprob <= 0 for entry in text.logprobs)
 
 
 def test_json_schema_output_parses_and_validates(sdk: openai.OpenAI) -> None:

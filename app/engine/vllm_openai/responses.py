@@ -13,13 +13,10 @@ from openai.types.responses import ResponseOutputMessage
 
 from app.core.guard import RequestGuard
 from app.engine.vllm_openai.acceptance import first_then_rest
-from app.engine.vllm_openai.compat import (
-    OpenAIServingResponses,
-    ResponsesRequest,
-    supported_arguments,
-)
+from app.engine.vllm_openai.compat import ResponsesRequest, supported_arguments
 from app.engine.vllm_openai.guarded_request import GuardedRequest
 from app.engine.vllm_openai.limits import read_within_limits
+from app.engine.vllm_openai.off_loop import OffLoopResponses
 from app.errors import InvalidRequestError, ModelNotFoundError
 
 MAX_OUTPUT_TOKENS = "max_output_tokens"
@@ -30,10 +27,9 @@ COMPLETED = "response.completed"
 
 def responses_server(llm: Any, models: Any, arguments: Mapping[str, Any]) -> Any:
     """vLLM's Responses server with those of the chat server's arguments that it takes (the
-    renderer, chat template, parsers, usage options), its response store off."""
-    server = OpenAIServingResponses(
-        llm, models, **supported_arguments(OpenAIServingResponses, dict(arguments))
-    )
+    renderer, chat template, parsers, usage options), its response store off and its
+    log-probabilities built off the loop."""
+    server = OffLoopResponses(llm, models, **supported_arguments(OffLoopResponses, dict(arguments)))
     server.enable_store = False
     return server
 
