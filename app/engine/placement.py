@@ -32,7 +32,7 @@ def instance_environment(instance: ModelInstance) -> dict[str, str]:
 
 
 @contextmanager
-def placed(instance: ModelInstance) -> Iterator[None]:
+def starting_on(instance: ModelInstance) -> Iterator[None]:
     """Start an engine's processes in here: one start at a time, with the instance's
     environment, restored afterwards."""
     with SPAWN_LOCK:

@@ -27,7 +27,7 @@ from vllm.v1.executor import Executor
 from app.core.load_view import LoadBoard
 from app.engine.client_slot import ClientSlot
 from app.engine.kv_events import SHARED_CORE_EVENTS, with_kv_events
-from app.engine.placement import placed
+from app.engine.placement import starting_on
 from app.engine.processes import engine_processes_of, kill_survivors
 from app.repository.layout import ModelSpec
 
@@ -78,7 +78,7 @@ class EngineCoreHost:
     def launch(self) -> None:
         """Start the core, its processes placed as its instance is, and return once it is
         ready (blocking: run it in a thread). The clients may connect before or after."""
-        with placed(self.spec.instance):
+        with starting_on(self.spec.instance):
             self._launch()
 
     def _launch(self) -> None:

@@ -25,7 +25,7 @@ from app.engine.freed_memory import return_freed_memory
 from app.engine.grammars import ENGINE_ERROR, close_grammar_check, failure_of, grammar_check
 from app.engine.metrics import MetricsProvider, NoVllmPrometheus
 from app.engine.outputs import to_chunk
-from app.engine.placement import placed
+from app.engine.placement import starting_on
 from app.engine.processes import engine_processes, kill_survivors
 from app.engine.progress import StepCounter
 from app.engine.ray_cluster import engine_group
@@ -150,7 +150,7 @@ class VllmEngine:
     def _create_placed(self) -> AcceptingAsyncLLM:
         """The engine, its processes started with the instance's environment (one engine
         start at a time in this process)."""
-        with placed(self._spec.instance):
+        with starting_on(self._spec.instance):
             return self._create()
 
     def _create(self) -> AcceptingAsyncLLM:

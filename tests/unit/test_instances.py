@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.placement import instance_environment, placed
+from app.engine.placement import instance_environment, starting_on
 from app.errors import ModelConfigError
 from app.repository.instances import (
     MULTI_GPU_MESSAGE,
@@ -110,11 +110,11 @@ def test_engine_processes_are_spawned_unless_the_environment_says_fork(
     """As `vllm serve` starts them: a core forked from a serving process starts with its state."""
     (only,) = instances(tmp_path, 'backend: "vllm"')
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
-    with placed(only):
+    with starting_on(only):
         assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
     assert "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
-    with placed(only):
+    with starting_on(only):
         assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
 
 
@@ -230,9 +230,9 @@ def test_engine_processes_start_with_their_instances_environment_then_it_is_rest
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     gpu = ModelInstance(1, "m_1", InstanceKind.GPU, gpu="1")
     cpu = ModelInstance(2, "m_2", InstanceKind.CPU, cpus=(2, 3))
-    with placed(gpu):
+    with starting_on(gpu):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
-    with placed(cpu):
+    with starting_on(cpu):
         assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"

@@ -19,7 +19,7 @@ from app.engine.vllm_openai.off_loop import (
     DeferredResponse,
     OffLoopChat,
     OffLoopCompletion,
-    built,
+    finished_response,
     run_to_end,
 )
 from app.errors import RequestTimeoutError
@@ -80,13 +80,13 @@ async def test_an_error_that_ended_the_outputs_is_raised_by_the_build() -> None:
     stream = outputs(1, error=RequestTimeoutError("late"))
     deferred = await chat().chat_completion_full_generator("request", stream)
     with pytest.raises(RequestTimeoutError):
-        await built(deferred)
+        await finished_response(deferred)
 
 
 async def test_cancelled_outputs_reach_the_build_as_vllms_client_disconnected() -> None:
     stream = outputs(1, error=asyncio.CancelledError())
     deferred = await chat().chat_completion_full_generator("request", stream)
-    assert await built(deferred) == "Client disconnected"
+    assert await finished_response(deferred) == "Client disconnected"
 
 
 async def ticking(done: threading.Event) -> None:
@@ -103,11 +103,11 @@ async def test_a_deferred_build_runs_in_a_worker_thread_while_the_loop_keeps_ser
         return threading.current_thread(), loop_turned.wait(timeout=30)
 
     ticker = asyncio.ensure_future(ticking(loop_turned))
-    thread, loop_ran = await built(DeferredResponse(build))
+    thread, loop_ran = await finished_response(DeferredResponse(build))
     await ticker
     assert thread is not threading.main_thread()
     assert loop_ran  # the loop turned while the build was still running
-    assert await built("a stream") == "a stream"
+    assert await finished_response("a stream") == "a stream"
 
 
 async def test_a_build_that_waits_for_something_else_is_an_error_not_a_hang() -> None:

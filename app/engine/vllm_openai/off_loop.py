@@ -6,10 +6,10 @@ response in one synchronous step: with `n` choices of many tokens and log-probab
 is seconds of Python (chat, 16 x 400 tokens x top 20: 1.3 s on a 2-core host), during which
 the event loop, and with it every health probe and every other stream of the process, waits.
 Here vLLM's code returns the build unrun (`DeferredResponse`), and the engine adapter runs it
-in a worker thread (`built`), whose Python the interpreter interleaves with the loop's. The
-Responses API's build opens tool sessions around its reading of the outputs, so it stays where
-it is; its costly part, the log-probabilities (1,500 tokens of 20 alternatives: 0.44 s), is
-built in a worker thread as the outputs end, and handed to it."""
+in a worker thread (`finished_response`), whose Python the interpreter interleaves with the
+loop's. The Responses API's build opens tool sessions around its reading of the outputs, so it
+stays where it is; its costly part, the log-probabilities (1,500 tokens of 20 alternatives:
+0.44 s), is built in a worker thread as the outputs end, and handed to it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ __all__ = [
     "OffLoopChat",
     "OffLoopCompletion",
     "OffLoopResponses",
-    "built",
+    "finished_response",
     "run_to_end",
 ]
 
@@ -46,7 +46,7 @@ class DeferredResponse:
     build: Callable[[], Any]
 
 
-async def built(result: Any) -> Any:
+async def finished_response(result: Any) -> Any:
     """`result` of vLLM's serving code, built in a worker thread where it was deferred."""
     if isinstance(result, DeferredResponse):
         return await asyncio.to_thread(result.build)
@@ -56,7 +56,7 @@ async def built(result: Any) -> Any:
 class OffLoopCompletion(OpenAIServingCompletion):
     """vLLM's completion serving, its full responses deferred."""
 
-    def request_output_to_completion_response(  # type: ignore[override] # `built` runs it
+    def request_output_to_completion_response(  # type: ignore[override] # deferred
         self, *args: Any, **kwargs: Any
     ) -> DeferredResponse:
         build = super().request_output_to_completion_response
@@ -67,7 +67,7 @@ class OffLoopChat(OpenAIServingChat):
     """vLLM's chat serving, its full responses deferred: the engine's outputs are read here,
     on the loop; vLLM's build is given them as they ended."""
 
-    async def chat_completion_full_generator(  # type: ignore[override] # `built` runs it
+    async def chat_completion_full_generator(  # type: ignore[override] # deferred
         self, request: Any, result_generator: AsyncIterator[Any], *args: Any, **kwargs: Any
     ) -> DeferredResponse:
         last, error = await final_output(result_generator)

@@ -32,7 +32,7 @@ from app.engine.vllm_openai.errors import as_server_error, raised_by_vllm
 from app.engine.vllm_openai.guarded_request import EngineOutputs, GuardedRequest, bound, serving
 from app.engine.vllm_openai.guarded_request import EngineRequests as EngineRequests  # VllmEngine
 from app.engine.vllm_openai.limits import read_within_limits
-from app.engine.vllm_openai.off_loop import OffLoopChat, OffLoopCompletion, built
+from app.engine.vllm_openai.off_loop import OffLoopChat, OffLoopCompletion, finished_response
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
     responses_begun,
@@ -169,12 +169,12 @@ class VllmOpenAIServing:
         """Run one request with vLLM's `create`, serving it (the engine requests it asks for are the
         request's): a stream is begun by `start` (by default once the engine took its
         requests) and read serving it, a response built off the loop where vLLM deferred it
-        (`built`) and written by `dump`."""
+        (`finished_response`) and written by `dump`."""
         request.model = adapter or self._name
         served = GuardedRequest(self._llm, guard, self._requests, self._generate)
         try:
             with serving(served):
-                result = await built(await create(request, RawRequest(headers)))
+                result = await finished_response(await create(request, RawRequest(headers)))
                 if not isinstance(result, (ErrorResponse, BaseModel)):
                     result = bound(await (start or begun_stream)(result, served), served)
         except ServerError:
