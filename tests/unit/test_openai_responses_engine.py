@@ -115,7 +115,7 @@ def test_the_response_store_stays_off_whatever_the_environment_says(
             self.chat_template = chat_template
             self.enable_store = True
 
-    monkeypatch.setattr(openai_responses, "OpenAIServingResponses", StoringServer)
+    monkeypatch.setattr(openai_responses, "OffLoopResponses", StoringServer)
     arguments = {"chat_template": "t", "trust_request_chat_template": True}
     server = responses_server(None, None, arguments)
     assert server.enable_store is False and server.chat_template == "t"
