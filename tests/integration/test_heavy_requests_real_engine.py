@@ -29,6 +29,8 @@ WORDS = "a " * 3_500_000
 
 NEAR_LIMIT = " ".join(f"w{i % 997}" for i in range(30_000))
 """Just under the characters vLLM lets through to its tokenizer for a 2,048-token context."""
+LONG_PROMPT = "The quick brown fox, " * 380
+"""1,901 tokens of the default model's 2,048."""
 
 HEAVY: list[tuple[str, str, dict[str, Any]]] = [
     ("tokenized_prompt", "/v1/completions", {"prompt": NEAR_LIMIT}),
@@ -81,6 +83,7 @@ HEAVY: list[tuple[str, str, dict[str, Any]]] = [
         {"prompt": "Hi", "logit_bias": {str(i): 1 for i in range(4096)}},
     ),
     ("surrogate", "/v1/completions", {"prompt": "Hi", "stop": "\ud800"}),
+    ("prompt_logprobs", "/v1/completions", {"prompt": LONG_PROMPT, "prompt_logprobs": 20}),
 ]
 
 
@@ -148,3 +151,33 @@ def test_the_chat_renderer_is_warmed_up_before_the_server_serves(server: Running
     log = server.log_path.read_text(errors="replace")
     warmed_up = log.find("Detected the chat template content format")
     assert 0 <= warmed_up < log.find("Application startup complete"), warmed_up
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/completions", {"prompt": "Hello world, how are you?"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello world"}]}),
+    ],
+    ids=["completion", "chat"],
+)
+def test_prompt_logprobs_name_each_prompt_token_and_its_alternatives(
+    http: httpx.Client, path: str, fields: dict[str, Any]
+) -> None:
+    """Decoded off the event loop, they are what vLLM's output processor builds: an entry per
+    prompt token after the first, holding that token (its text) and the top alternatives."""
+    body = {"model": "smollm2", "max_tokens": 1, "prompt_logprobs": 2, **fields}
+    response = http.post(path, json=body)
+    assert response.status_code == 200, response.text[:300]
+    answer = response.json()
+    completion = path == "/v1/completions"
+    entries = answer["choices"][0]["prompt_logprobs"] if completion else answer["prompt_logprobs"]
+    assert len(entries) == answer["usage"]["prompt_tokens"] and entries[0] is None
+    for entry in entries[1:]:
+        assert 2 <= len(entry) <= 3
+        assert all(isinstance(alternative["decoded_token"], str) for alternative in entry.values())
+    own = [next(iter(entry.values()))["decoded_token"] for entry in entries[1:]]
+    if completion:
+        assert "Hello" + "".join(own) == fields["prompt"]
+    else:
+        assert "Hello world" in "".join(own)

@@ -10,6 +10,7 @@ from typing import Any
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from app.engine.prompt_logprobs import defer_prompt_logprobs, with_prompt_logprobs_built
 from app.engine.vllm_openai.acceptance import AcceptanceKey, acceptance_key
 from app.engine.vllm_openai.guarded_request import SERVED_REQUEST
 
@@ -19,11 +20,13 @@ class AcceptingAsyncLLM(AsyncLLM):
     `acceptance_key`: its id and its prompt) once `add_request` has returned: the prompt
     processed and checked, the request handed to the engine core. (`generate` calls
     `add_request` first, in vLLM 0.25 as in 0.32.) Errors before that are the request's own:
-    a prompt too long, a parameter the model cannot use."""
+    a prompt too long, a parameter the model cannot use. Prompt log-probabilities are decoded
+    off the event loop (app/engine/prompt_logprobs.py)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_accepted: dict[AcceptanceKey, Callable[[], None]] = {}
+        defer_prompt_logprobs(self)
 
     def generate(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """An engine request vLLM's serving code asks for (its objects hold this engine): run
@@ -36,7 +39,11 @@ class AcceptingAsyncLLM(AsyncLLM):
     def engine_generate(self, *args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """`AsyncLLM.generate` itself: the server's own engine requests (the Triton path, an
         OpenAI request's guarded ones, a resumed request) whatever the context."""
-        return super().generate(*args, **kwargs)
+        outputs = super().generate(*args, **kwargs)
+        params = kwargs.get("sampling_params", args[1] if len(args) > 1 else None)
+        if getattr(params, "prompt_logprobs", None) is None:
+            return outputs
+        return with_prompt_logprobs_built(outputs)
 
     async def add_request(self, request_id: str, prompt: Any, *args: Any, **kwargs: Any) -> Any:
         collector = await super().add_request(request_id, prompt, *args, **kwargs)
