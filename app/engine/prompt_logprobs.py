@@ -17,7 +17,12 @@ from typing import Any
 from vllm.v1.engine.logprobs import LogprobsProcessor
 from vllm.v1.engine.output_processor import OutputProcessor
 
-__all__ = ["DeferredPromptLogprobs", "DeferringOutputProcessor", "with_prompt_logprobs_built"]
+__all__ = [
+    "DeferredPromptLogprobs",
+    "DeferringOutputProcessor",
+    "defer_prompt_logprobs",
+    "with_prompt_logprobs_built",
+]
 
 
 class DeferredPromptLogprobs:

@@ -30,10 +30,11 @@ from app.engine.prompt_logprobs import (
     with_prompt_logprobs_built,
 )
 from app.paths import PROJECT_ROOT
+from tests.support.off_loop import ThreadRecord
 
 MODEL = PROJECT_ROOT / ".cache" / "models" / "smollm2"
 PROMPT = [19556, 905, 28, 638]
-""""Hello world, how" in the default model's vocabulary."""
+"""The ids of "Hello world, how" in the default model's vocabulary."""
 TOP = 3
 KINDS = [RequestOutputKind.DELTA, RequestOutputKind.FINAL_ONLY]
 
@@ -42,28 +43,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class Decodes:
-    """Where vLLM decoded tokens: in a worker thread it may end only once the loop turned."""
-
-    def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-        self.loop_turned = threading.Event()
-        self.loop_ran: list[bool] = []
-
-
 @pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> Decodes:
-    record = Decodes()
+def decodes(monkeypatch: pytest.MonkeyPatch) -> ThreadRecord:
+    """Where vLLM decoded tokens of log-probabilities."""
+    record = ThreadRecord()
     original = vllm_logprobs.convert_ids_list_to_tokens  # type: ignore[attr-defined]
-
-    @functools.wraps(original)
-    def decode(tokenizer: Any, token_ids: list[int]) -> list[str]:
-        record.threads.append(threading.current_thread())
-        if threading.current_thread() is not threading.main_thread():
-            record.loop_ran.append(record.loop_turned.wait(timeout=10))
-        return original(tokenizer, token_ids)
-
-    monkeypatch.setattr(vllm_logprobs, "convert_ids_list_to_tokens", decode)
+    monkeypatch.setattr(vllm_logprobs, "convert_ids_list_to_tokens", record.wrapping(original))
     return record
 
 
@@ -132,7 +117,7 @@ async def streamed(collector: RequestOutputCollector) -> AsyncGenerator[Any, Non
 
 @pytest.mark.parametrize("kind", KINDS, ids=["delta", "final-only"])
 async def test_prompt_logprobs_are_decoded_in_a_worker_thread_while_the_loop_turns(
-    decodes: Decodes, kind: RequestOutputKind
+    decodes: ThreadRecord, kind: RequestOutputKind
 ) -> None:
     expected = first_output(processed(output_processor(deferring=False), kind))
     decodes.threads.clear()
@@ -154,7 +139,7 @@ async def test_prompt_logprobs_are_decoded_in_a_worker_thread_while_the_loop_tur
     assert outputs[0].outputs[0].token_ids == expected.outputs[0].token_ids
 
 
-def test_the_output_keeps_what_the_engine_sent_until_it_is_built(decodes: Decodes) -> None:
+def test_the_output_keeps_what_the_engine_sent_until_it_is_built(decodes: ThreadRecord) -> None:
     collector = processed(output_processor(deferring=True), RequestOutputKind.DELTA)
     deferred = first_output(collector).prompt_logprobs
     assert isinstance(deferred, DeferredPromptLogprobs)

@@ -5,7 +5,6 @@ worker thread once the outputs ended, while the loop goes on serving."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -17,34 +16,21 @@ from vllm.logprobs import Logprob
 
 from app.engine.vllm_openai.compat import OpenAIServingResponses, ResponsesRequest
 from app.engine.vllm_openai.off_loop import OffLoopResponses
+from tests.support.off_loop import ThreadRecord
 
 TOKENS = [11, 12, 13]
 TOP = 2
 WITH_LOGPROBS = {"include": ["message.output_text.logprobs"], "top_logprobs": TOP}
 
 
-class Builds:
-    """Where vLLM's log-probability build ran: it may end only once the loop turned."""
-
-    def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-        self.loop_turned = threading.Event()
-        self.loop_ran: list[bool] = []
-
-
 @pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> Builds:
-    record = Builds()
+def builds(monkeypatch: pytest.MonkeyPatch) -> ThreadRecord:
+    """Where vLLM's log-probability build ran."""
+    record = ThreadRecord()
     original = OpenAIServingResponses._create_response_logprobs
-
-    @functools.wraps(original)
-    def build(self: Any, *args: Any, **kwargs: Any) -> Any:
-        record.threads.append(threading.current_thread())
-        if threading.current_thread() is not threading.main_thread():
-            record.loop_ran.append(record.loop_turned.wait(timeout=10))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(OpenAIServingResponses, "_create_response_logprobs", build)
+    monkeypatch.setattr(
+        OpenAIServingResponses, "_create_response_logprobs", record.wrapping(original)
+    )
     return record
 
 
@@ -68,7 +54,7 @@ def engine_output(token: int, index: int) -> RequestOutput:
     return RequestOutput("id", "Hi", [1, 2], None, [completion], finished=finished)
 
 
-async def answered(body: dict[str, Any], builds: Builds) -> tuple[Any, threading.Event]:
+async def answered(body: dict[str, Any], builds: ThreadRecord) -> tuple[Any, threading.Event]:
     request = ResponsesRequest(model="smollm2", input="Hi", store=False, **body)
     context = SimpleContext()
 
@@ -92,7 +78,7 @@ async def answered(body: dict[str, Any], builds: Builds) -> tuple[Any, threading
 
 
 async def test_the_logprobs_are_built_in_a_worker_thread_and_used_by_vllms_build(
-    builds: Builds,
+    builds: ThreadRecord,
 ) -> None:
     response, _ = await answered(WITH_LOGPROBS, builds)
     (message,) = response.output
@@ -105,14 +91,14 @@ async def test_the_logprobs_are_built_in_a_worker_thread_and_used_by_vllms_build
     assert builds.loop_ran == [True]  # the loop turned while the build was running
 
 
-async def test_an_answer_without_logprobs_builds_none(builds: Builds) -> None:
+async def test_an_answer_without_logprobs_builds_none(builds: ThreadRecord) -> None:
     response, _ = await answered({}, builds)
     assert response.output[0].content[0].logprobs is None
     assert builds.threads == []
 
 
 async def test_outside_a_non_streamed_build_vllms_logprobs_are_built_where_asked(
-    builds: Builds,
+    builds: ThreadRecord,
 ) -> None:
     output = engine_output(TOKENS[0], 0).outputs[0]
     built = serving()._create_response_logprobs(
