@@ -14,24 +14,27 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from app.errors import InvalidRequestError, did_you_mean
 from app.schemas.validation import invalid_request, json_object_text
 
-HIDDEN_SAMPLING_FIELDS = frozenset(
-    {
-        "output_kind",
-        "detokenize",
-        "flat_logprobs",
-        "stream_interval",
-        "skip_clone",
-        "output_text_buffer_length",
-        "extra_args",
-        "prompt_logprobs",
-        "prompt_logprob_token_ids",
-        "prompt_logprob_start",
-        "routed_experts_prompt_start",
-        "trace_decode_token_ids",
-        "skip_reading_prefix_cache",
-    }
+SET_BY_SERVER = "the server sets it (it decides how the server reads the engine's outputs)"
+NO_PROMPT_SCORES = (
+    "Triton's outputs carry no prompt log-probabilities (OpenAI's /v1/completions and "
+    "/v1/chat/completions return them)"
 )
-"""`SamplingParams` fields a request may not set: they change how the server reads outputs."""
+HIDDEN_SAMPLING_FIELDS: dict[str, str] = {
+    "output_kind": SET_BY_SERVER,
+    "detokenize": SET_BY_SERVER,
+    "flat_logprobs": SET_BY_SERVER,
+    "stream_interval": SET_BY_SERVER,
+    "skip_clone": SET_BY_SERVER,
+    "output_text_buffer_length": SET_BY_SERVER,
+    "extra_args": SET_BY_SERVER,
+    "routed_experts_prompt_start": SET_BY_SERVER,
+    "trace_decode_token_ids": SET_BY_SERVER,
+    "skip_reading_prefix_cache": SET_BY_SERVER,
+    "prompt_logprobs": NO_PROMPT_SCORES,
+    "prompt_logprob_token_ids": NO_PROMPT_SCORES,
+    "prompt_logprob_start": NO_PROMPT_SCORES,
+}
+"""`SamplingParams` fields a request may not set, and why (said in the refusal)."""
 
 OLDER_NAMES = {"guided_decoding": "structured_outputs"}
 """Parameter names older vLLM releases used, as the backend still accepts them."""
@@ -42,7 +45,7 @@ FIELD_IN_ERROR = re.compile(r"\$\.(\w+)")
 @cache
 def settable_sampling_fields() -> frozenset[str]:
     fields = getattr(SamplingParams, "__struct_fields__", ())
-    return frozenset(f for f in fields if not f.startswith("_")) - HIDDEN_SAMPLING_FIELDS
+    return frozenset(f for f in fields if not f.startswith("_")) - HIDDEN_SAMPLING_FIELDS.keys()
 
 
 def to_sampling_params(
@@ -68,11 +71,15 @@ def to_sampling_params(
 
 
 def known_values(sampling: dict[str, Any], where: str) -> dict[str, Any]:
-    """The values under vLLM's current names; an unknown name is a 400 with a suggestion."""
+    """The values under vLLM's current names; a field a request may not set is a 400 saying
+    why, an unknown name one with a suggestion."""
     known = settable_sampling_fields()
     values = {}
     for key, value in sampling.items():
         name = OLDER_NAMES.get(key, key)
+        if name in HIDDEN_SAMPLING_FIELDS:
+            reason = HIDDEN_SAMPLING_FIELDS[name]
+            raise InvalidRequestError(f"{where}.{key}: not taken from a request: {reason}")
         if name not in known:
             raise InvalidRequestError(
                 f"{where}.{key}: unknown sampling parameter{did_you_mean(key, known)}"

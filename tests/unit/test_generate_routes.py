@@ -118,6 +118,17 @@ def test_stop_strings_end_generation(client: TestClient) -> None:
             400,
             "parameters.foo: unknown sampling parameter",
         ),
+        (
+            '{"text_input": "x", "parameters": {"prompt_logprobs": 1}}',
+            400,
+            "parameters.prompt_logprobs: not taken from a request: Triton's outputs carry no "
+            "prompt log-probabilities",
+        ),
+        (
+            '{"text_input": "x", "parameters": {"output_kind": 1}}',
+            400,
+            "parameters.output_kind: not taken from a request: the server sets it",
+        ),
         ('{"text_input": "x", "stream": true}', 400, "use /generate_stream"),
         (
             '{"text_input": "x", "parameters": {"lora_name": "a"}}',
