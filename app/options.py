@@ -62,6 +62,7 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_content_parts=settings.max_content_parts,
         max_tools=settings.max_tools,
         max_repetition_pattern=settings.max_repetition_pattern,
+        max_logprob_entries=settings.max_logprob_entries,
     )
 
 

@@ -77,6 +77,13 @@ class LimitFields(BaseSettings):
         description="Largest repetition_detection.max_pattern_size a request may ask (the "
         "engine tries each pattern size up to it at every step).",
     )
+    max_logprob_entries: int = Field(
+        4_194_304,
+        ge=0,
+        description="Log-probabilities one request may make: its choices x their tokens x "
+        "(alternatives + 1), prompt log-probabilities included (held in memory until the "
+        "response is written, some 220 bytes each).",
+    )
     request_timeout_seconds: float | None = Field(
         None, gt=0, description="Abort requests running longer than this."
     )

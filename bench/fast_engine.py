@@ -34,6 +34,10 @@ class FastEngine:
         return 1 << 20
 
     @property
+    def max_logprobs(self) -> int:
+        return 20
+
+    @property
     def num_unfinished_requests(self) -> int:
         return 0
 

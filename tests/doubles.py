@@ -142,6 +142,10 @@ class FakeEngine:
     def max_model_len(self) -> int:
         return 2048
 
+    @property
+    def max_logprobs(self) -> int:
+        return 20
+
     def render_chat_prompt(self, text: str) -> str:
         return f"<user>{text}</user><assistant>"
 

@@ -14,6 +14,7 @@ from typing import Any
 from app.core.types import InferenceEngine, ValidRequest
 from app.core.types import integer as integer
 from app.errors import InvalidRequestError
+from app.schemas.generate import ENGINE_MAX_TOKENS
 
 STOP_FIELDS = ("stop", "bad_words")
 """Strings matched against the output at every step (bad words tokenized first)."""
@@ -68,18 +69,38 @@ class RequestLimits:
     """Tools one OpenAI request may offer, as OpenAI's API bounds them."""
     max_repetition_pattern: int | None = 256
     """`repetition_detection.max_pattern_size`: pattern sizes the engine tries at every step."""
+    max_logprob_entries: int | None = 4_194_304
+    """Log-probabilities one request may ask for (`logprob_entries`), all held in memory
+    until its response is written (some 220 bytes each)."""
 
 
-def check_context(request: ValidRequest, engine: InferenceEngine) -> None:
+def check_context(
+    request: ValidRequest, engine: InferenceEngine, limits: RequestLimits | None = None
+) -> None:
     """Refuse, naming the field, a request the engine it was routed to cannot serve: more new
-    tokens than the model's context holds. (The server's limits were checked when the
-    request was built.)"""
+    tokens than the model's context holds; or, within `limits`, more log-probabilities than
+    the server's bound (`check_logprobs_made`). (The rest of the server's limits were
+    checked when the request was built.)"""
     context_length = engine.max_model_len
     if request.max_tokens is not None and request.max_tokens > context_length:
         raise InvalidRequestError(
             f"{request.parameters_field}.max_tokens: {request.max_tokens} is above the model's "
             f"context length of {context_length} tokens"
         )
+    if limits is not None:
+        check_logprobs_made(request, engine, limits.max_logprob_entries)
+
+
+def check_logprobs_made(request: ValidRequest, engine: InferenceEngine, limit: int | None) -> None:
+    """The log-probabilities a request makes: `n` x `max_tokens` (vLLM's default where unset)
+    x (`logprobs` + 1). A `logprobs` above the model's own bound is the engine's to refuse,
+    in its words."""
+    alternatives = integer(request.sampling.get("logprobs"))
+    if alternatives is None or 0 <= engine.max_logprobs < alternatives:
+        return
+    positions = request.max_tokens if request.max_tokens is not None else ENGINE_MAX_TOKENS
+    entries = logprob_entries(request.n, positions, alternatives)
+    check_logprob_entries(f"{request.parameters_field}.logprobs", entries, limit)
 
 
 def check_sampling(
@@ -185,6 +206,27 @@ def check_limits(values: dict[str, tuple[int | None, int | None]]) -> None:
             raise InvalidRequestError(
                 f"{field}: {value} is above this server's limit of {limit}", param=field
             )
+
+
+def logprob_entries(sequences: int, positions: int, alternatives: int | None) -> int:
+    """The log-probabilities `sequences` of up to `positions` tokens each hold when each
+    position has `alternatives` (None: none asked for) besides its own token's."""
+    if alternatives is None or alternatives < 0:
+        return 0
+    return sequences * positions * (alternatives + 1)
+
+
+def check_logprob_entries(field: str, entries: int, limit: int | None) -> None:
+    """Refuse, naming `field`, a request that may make more log-probabilities than `limit`:
+    the engine's outputs keep them until the response is written (a non-streamed response
+    whole, a stream's chunks while its client does not read)."""
+    if limit is not None and entries > limit:
+        raise InvalidRequestError(
+            f"{field}: the request may make {entries:,} log-probabilities (choices x tokens x "
+            f"(alternatives + 1)), above this server's limit of {limit:,}: ask for fewer new "
+            "tokens, choices or alternatives",
+            param=field,
+        )
 
 
 def unset_max_tokens(engine_default: int | None, limit: int | None) -> int | None:

@@ -121,7 +121,7 @@ class GenerationService:
     ) -> AsyncGenerator[GenerationChunk, None]:
         """Check the admitted request against the engine it was routed to, then start it
         there."""
-        check_context(request, engine)
+        check_context(request, engine, self.limits)
         if request.chat_template:
             prompt = engine.render_chat_prompt(request.prompt)
             request = dataclasses.replace(request, prompt=prompt, chat_template=False)

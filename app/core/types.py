@@ -161,6 +161,11 @@ class InferenceEngine(Protocol):
         ...
 
     @property
+    def max_logprobs(self) -> int:
+        """The model's bound on log-probabilities per position (-1: none)."""
+        ...
+
+    @property
     def is_healthy(self) -> bool: ...
 
     @property

@@ -272,6 +272,10 @@ class VllmEngine:
         return self._llm.model_config.max_model_len if self._llm is not None else 0
 
     @property
+    def max_logprobs(self) -> int:
+        return self._llm.model_config.max_logprobs if self._llm is not None else -1
+
+    @property
     def supports_images(self) -> bool:
         return self._llm is not None and bool(self._llm.model_config.is_multimodal_model)
 

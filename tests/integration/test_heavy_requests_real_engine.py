@@ -181,3 +181,26 @@ def test_prompt_logprobs_name_each_prompt_token_and_its_alternatives(
         assert "Hello" + "".join(own) == fields["prompt"]
     else:
         assert "Hello world" in "".join(own)
+
+
+def test_a_request_that_may_make_too_many_log_probabilities_is_refused_at_once(
+    server: RunningServer, http: httpx.Client
+) -> None:
+    """MAX_LOGPROB_ENTRIES (default 4,194,304): 64 echoed prompts of up to the whole context
+    x 16 choices x 21 log-probabilities (44 million, some 10 GB held) are refused before the
+    engine takes them; the same batch of short prompts is served."""
+    body = {"model": "smollm2", "max_tokens": 1, "echo": True, "logprobs": 20}
+    with readiness_probe(server.base_url) as probe:
+        started = time.perf_counter()
+        refused = http.post(
+            "/v1/completions", json={**body, "prompt": ["word " * 500] * 64, "n": 16}
+        )
+        seconds = time.perf_counter() - started
+    assert refused.status_code == 400, refused.text[:300]
+    error = refused.json()["error"]
+    assert error["param"] == "echo"
+    assert error["message"].startswith("echo: the request may make 44,061,696 log-probabilities")
+    assert seconds < LIVE_LIMIT_S * 5 and not probe.failures and probe.worst < LIVE_LIMIT_S
+    served = http.post("/v1/completions", json={**body, "prompt": ["Hi"] * 64})
+    assert served.status_code == 200, served.text[:300]
+    assert len(served.json()["choices"]) == 64

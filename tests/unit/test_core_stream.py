@@ -19,6 +19,7 @@ class Engine:
     """Yields `steps` chunks, waiting `delay` seconds before each; notes when it is closed."""
 
     max_model_len = 4096
+    max_logprobs = 20
 
     def __init__(self, steps: int = 5, delay: float = 0.0) -> None:
         self.steps, self.delay = steps, delay

@@ -48,7 +48,7 @@ class NotServed:
         responses=None,
         renderer=None,
     )
-    _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20))
+    _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20, max_model_len=2048))
 
     async def _serve(self, *args: Any) -> Any:
         raise AssertionError("the request reached vLLM's serving code")

@@ -45,7 +45,7 @@ URL_MANY = 2_000
 """List entries of the same requests sent as a URL's query (uvicorn refuses a request line
 of more than 64 kB before the app sees it): above every list limit still."""
 URL_BYTES = 60_000
-LIMITS = {"max_tokens_limit": 16, "max_n": 16, "max_token_ids": 1000}
+LIMITS = {"max_tokens_limit": 16, "max_n": 16, "max_token_ids": 1000, "max_logprob_entries": 5000}
 
 
 def png(width: int, height: int) -> str:
@@ -111,6 +111,11 @@ CASES = [
         "logprob_token_ids",
         lambda many: {"logprob_token_ids": [1] * many},
         "parameters.logprob_token_ids: ",
+    ),
+    LimitCase(
+        "logprobs_made",
+        lambda many: {"n": 16, "max_tokens": 16, "logprobs": 20},
+        "parameters.logprobs: the request may make 5,376 log-probabilities",
     ),
     LimitCase(
         "repetition_detection_as_text",

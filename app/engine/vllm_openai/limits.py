@@ -15,9 +15,12 @@ from app.core.limits import (
     REPETITION_FIELD,
     STOP_FIELDS,
     TOKEN_ID_FIELDS,
+    RequestLimits,
     check_count,
+    check_logprob_entries,
     count_prompts,
     integer,
+    logprob_entries,
     unset_max_tokens,
 )
 from app.engine.vllm_openai.bodies import parse
@@ -37,11 +40,14 @@ def read_within_limits(
     guard: RequestGuard,
     max_logprobs: int,
     max_tokens_field: str = "max_tokens",
+    *,
+    context_length: int | None = None,
 ) -> RequestModel:
     """`body` (within the server's limits as sent) read by vLLM's `request_class`, within the
     model's `max_logprobs` and the server's limits as read; a 400 naming the field
     otherwise. A body that sets no bound on new tokens asks vLLM's default for it within
-    the server's limit."""
+    the server's limit. With the model's `context_length`, the log-probabilities the request
+    may make are bounded too (`check_logprobs_made`)."""
     check_logprobs(body, max_logprobs)
     bounded = sets_a_bound(body, request_class)  # before vLLM's validators fill in defaults
     request: RequestModel = parse(request_class, body)
@@ -49,6 +55,8 @@ def read_within_limits(
     if not bounded and guard.limits.max_tokens is not None:
         default = request_class.model_fields[max_tokens_field].default
         setattr(request, max_tokens_field, unset_max_tokens(default, guard.limits.max_tokens))
+    if context_length is not None:
+        check_logprobs_made(request, max_tokens_field, context_length, guard.limits)
     return request
 
 
@@ -95,3 +103,67 @@ def values_of(request: BaseModel, max_tokens_field: str, bounded: bool) -> dict[
     values = {name: stored.get(name) for name in wanted if name in fields}
     values.setdefault(max_tokens_field, None)
     return values
+
+
+LOGPROBS_INCLUDED = "message.output_text.logprobs"
+"""The Responses API's `include` entry that asks for the output's log-probabilities."""
+
+
+def check_logprobs_made(
+    request: BaseModel, max_tokens_field: str, context_length: int, limits: RequestLimits
+) -> None:
+    """The server's bound on the log-probabilities vLLM's `request` may make: each choice's
+    new tokens (up to its `max_tokens_field`, else the context) and, with `prompt_logprobs`
+    or completions' `echo`, its prompt's (up to its UTF-8 bytes or token ids, and the
+    context), times the alternatives asked for at each position, plus its own token."""
+    stored = vars(request)
+    prompts = prompt_bounds(stored.get("prompt"), context_length)
+    n = integer(stored.get("n")) or 1
+    alternatives = alternatives_asked(stored)
+    asked = integer(stored.get(max_tokens_field))
+    new_tokens = min(context_length if asked is None else asked, context_length)
+    made = logprob_entries(n * len(prompts), new_tokens, alternatives)
+    prompt_alternatives = integer(stored.get("prompt_logprobs"))
+    if prompt_alternatives is None and stored.get("echo") is True and "prompt" in stored:
+        prompt_alternatives = alternatives  # completions score an echoed prompt as output
+    scored = sum(logprob_entries(n, positions, prompt_alternatives) for positions in prompts)
+    counted = isinstance(stored.get("logprobs"), int) and not isinstance(stored["logprobs"], bool)
+    field = "logprobs" if counted else "top_logprobs"
+    if scored > made:
+        field = "prompt_logprobs" if stored.get("prompt_logprobs") is not None else "echo"
+    check_logprob_entries(field, made + scored, limits.max_logprob_entries)
+
+
+def alternatives_asked(stored: Mapping[str, Any]) -> int | None:
+    """Alternatives per new token: completions' `logprobs`; chat's `top_logprobs` where
+    `logprobs` is true; the Responses API's `top_logprobs` where `include` asks for them."""
+    logprobs = stored.get("logprobs")
+    if isinstance(logprobs, bool):
+        return (integer(stored.get("top_logprobs")) or 0) if logprobs else None
+    if logprobs is not None:
+        return integer(logprobs)
+    include = stored.get("include") or ()
+    if LOGPROBS_INCLUDED in [getattr(entry, "value", entry) for entry in include]:
+        return integer(stored.get("top_logprobs")) or 0
+    return None
+
+
+def prompt_bounds(prompt: Any, context_length: int) -> list[int]:
+    """Each prompt's tokens at most: a text's UTF-8 bytes (a token is at least one) and two
+    special tokens, a token-id list's length, and the context; one prompt where the request
+    has none of its own (chat, the Responses API)."""
+    if prompt is None:
+        return [context_length]
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompt = [prompt]
+    bounds = [min(context_length, prompt_tokens(entry, context_length)) for entry in prompt]
+    return bounds or [context_length]
+
+
+def prompt_tokens(prompt: Any, context_length: int) -> int:
+    """A prompt's tokens at most (a text as long as the context is encoded no further)."""
+    if isinstance(prompt, str):
+        if len(prompt) >= context_length:
+            return context_length
+        return len(prompt.encode("utf-8", "surrogatepass")) + 2
+    return len(prompt) if isinstance(prompt, list) else 0

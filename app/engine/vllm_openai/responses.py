@@ -34,11 +34,24 @@ def responses_server(llm: Any, models: Any, arguments: Mapping[str, Any]) -> Any
     return server
 
 
-def responses_request(guard: RequestGuard, body: dict[str, Any], max_logprobs: int) -> Any:
+def responses_request(
+    guard: RequestGuard,
+    body: dict[str, Any],
+    max_logprobs: int,
+    *,
+    context_length: int | None = None,
+) -> Any:
     """The body as vLLM's `ResponsesRequest` within the server's limits (checked as sent and
     as read, `max_output_tokens` MAX_TOKENS_LIMIT when unset), or a 400 naming the field (a
     404 for a `previous_response_id`: none is stored)."""
-    request = read_within_limits(ResponsesRequest, body, guard, max_logprobs, MAX_OUTPUT_TOKENS)
+    request = read_within_limits(
+        ResponsesRequest,
+        body,
+        guard,
+        max_logprobs,
+        MAX_OUTPUT_TOKENS,
+        context_length=context_length,
+    )
     if request.previous_response_id is not None:
         raise ModelNotFoundError(
             f"previous_response_id: response '{request.previous_response_id[:256]}' not found: "

@@ -135,9 +135,12 @@ class VllmOpenAIServing:
         """`endpoint`'s answer to `body`: the response's JSON text, or its SSE frames when
         it streams."""
         max_logprobs = self._llm.model_config.max_logprobs
+        bounds = {"context_length": self._llm.model_config.max_model_len}
         if endpoint is OpenAIEndpoint.RESPONSES:
             # vLLM's model reads each input item in Python (some 60 µs each): off the loop
-            request = await asyncio.to_thread(responses_request, guard, body, max_logprobs)
+            request = await asyncio.to_thread(
+                responses_request, guard, body, max_logprobs, **bounds
+            )
             return await self._serve(
                 self._servers.responses.create_responses,
                 request,
@@ -148,11 +151,13 @@ class VllmOpenAIServing:
                 dump=partial(json_text, by_alias=True),  # `text.format.schema`
             )
         if endpoint is OpenAIEndpoint.COMPLETIONS:
-            request = read_within_limits(CompletionRequest, body, guard, max_logprobs)
+            request = read_within_limits(CompletionRequest, body, guard, max_logprobs, **bounds)
             create = self._servers.completion.create_completion
         else:
             field = endpoint.max_tokens_field(body)
-            request = read_within_limits(ChatCompletionRequest, body, guard, max_logprobs, field)
+            request = read_within_limits(
+                ChatCompletionRequest, body, guard, max_logprobs, field, **bounds
+            )
             create = self._servers.chat.create_chat_completion
         return await self._serve(create, request, guard, adapter, headers)
 
