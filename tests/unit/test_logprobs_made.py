@@ -112,7 +112,10 @@ def test_a_request_that_may_make_too_many_log_probabilities_is_refused_naming_th
             ChatCompletionRequest,
             {
                 "messages": [{"role": "user", "content": "Hi"}],
-                **{"n": 4, "echo": True, "logprobs": True, "top_logprobs": 20},
+                "n": 4,
+                "echo": True,
+                "logprobs": True,
+                "top_logprobs": 20,
             },
             "max_completion_tokens",
         ),
