@@ -31,7 +31,7 @@ from app.repository.overrides import (
     OverrideLimits,
     write_override_folder,
 )
-from app.repository.served_model import ModelState, ServedModel
+from app.repository.served_model import ModelState, ServedModel, hand_over
 from app.repository.supervision import EngineFactory, EngineSupervisor, RestartPolicy
 from app.security.redaction import client_message
 
@@ -329,7 +329,7 @@ class ModelRegistry:
         except BaseException:
             await self._retire(fresh, ModelState.UNAVAILABLE)
             raise
-        self._models[name] = {served.version: served for served in fresh}
+        self._models[name] = hand_over(current, fresh)
         await self._retire(current, ModelState.UNLOADING)
 
     async def _load_fresh(self, name: str, specs: list[ModelSpec]) -> None:

@@ -108,6 +108,9 @@ class ServedModel:
         """Admitted request ids -> the instance that runs each (a drain aborts it there)."""
         self._idle = asyncio.Event()
         self._idle.set()
+        self.replacement: ServedModel | None = None
+        """The version that took its place in a reload (set as it retires): requests that
+        found this one before the reload ended, and are admitted after, go there (not a 503)."""
 
     @property
     def name(self) -> str:
@@ -259,8 +262,13 @@ class ServedModel:
         the answer is an `OverloadedError` (a 503 with Retry-After, before any output). With
         ENABLE_VLLM_HEALTH_CHECK the engine is checked first, as the backend does (a failed
         engine is the supervisor's to replace). A request the server aborted (drain, unload)
-        ends with an error instead of its partial output.
+        ends with an error instead of its partial output. Once a reload replaced the
+        version, a request is admitted to its `replacement`.
         """
+        if self.replacement is not None:
+            async with self.replacement.admit(request_id, route) as engine:
+                yield engine
+            return
         self.ensure_ready()
         limit = self.admission_limit
         if limit is not None and len(self.in_flight) >= limit:
@@ -346,3 +354,14 @@ async def prompt_tokens(engine: InferenceEngine, hint: RouteHint, limit: int) ->
     if min(len(hint.text), limit * CHARS_PER_TOKEN) > THREAD_TOKENIZE_CHARS:
         return await asyncio.to_thread(tokenize)
     return tokenize()
+
+
+def hand_over(
+    retiring: Sequence[ServedModel], fresh: Sequence[ServedModel]
+) -> dict[str, ServedModel]:
+    """A reload beside: the fresh versions by number. Each retiring version's requests not
+    yet admitted go to the fresh one of its number (one the new config drops has none: 503)."""
+    by_version = {served.version: served for served in fresh}
+    for served in retiring:
+        served.replacement = by_version.get(served.version)
+    return by_version

@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.service import GenerationService
+from app.errors import ModelUnavailableError
 from app.main import create_app
 from app.repository.layout import ModelSpec
+from app.repository.registry import ModelRegistry
+from app.repository.served_model import ServedModel
+from app.schemas.generate import GenerateRequest
 from app.settings import Settings
+from app.triton.inputs import body_inputs
+from app.triton.request import StreamPolicy, triton_request
 from tests.doubles import FakeEngine
 from tests.support.clients import started_clients
 from tests.support.repository import EXPLICIT_CONTROL
@@ -88,6 +95,34 @@ def test_a_reload_serves_from_the_old_engine_until_the_new_one_is_ready(
     old, new = engines.engines
     assert old.requests and old.stopped and new.started and not new.stopped
     assert client.post("/v2/models/fake/generate", json=BODY).status_code == 200 and new.requests
+
+
+async def generated_text(model: ServedModel) -> str:
+    """A Triton generate request (BODY) read against `model`, run through the core."""
+    body = GenerateRequest.model_validate(BODY)
+    request = triton_request(body_inputs(body), model, StreamPolicy(default=False)).request
+    chunks = [chunk async for chunk in GenerationService().stream(model, request)]
+    return "".join(c.text for chunk in chunks for c in chunk.completions)
+
+
+async def test_a_request_that_found_the_old_version_runs_on_the_new_one_after_a_reload(
+    repository: Path,
+) -> None:
+    """A request resolves its model, then is admitted a moment later: a reload that ended in
+    between hands it to the version that took the old one's place, not a 503."""
+    engines = Engines()
+    registry = ModelRegistry(repository, engines)
+    await registry.start()
+    found = registry.get("fake")
+    await registry.load("fake")
+    old, new = engines.engines
+    assert old.stopped and registry.get("fake") is not found
+    assert await generated_text(found)
+    assert new.requests and not old.requests
+    await registry.unload("fake")
+    with pytest.raises(ModelUnavailableError):  # a 503: no version took its place
+        await generated_text(found)
+    await registry.shutdown()
 
 
 def test_a_reload_that_fails_to_start_keeps_the_old_engine_serving(
