@@ -19,10 +19,11 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     ResponsesRequest,
 )
-from app.engine.vllm_openai.limits import read_within_limits
+from app.engine.vllm_openai.limits import ModelBounds, read_within_limits
 from app.errors import InvalidRequestError
 
 CONTEXT = 32_768
+MODEL = ModelBounds(max_logprobs=20, context_length=CONTEXT)
 LONG = "word " * 10_000
 """A prompt of 50,000 UTF-8 bytes: up to the whole context."""
 INCLUDED = {"include": ["message.output_text.logprobs"]}
@@ -31,7 +32,7 @@ INCLUDED = {"include": ["message.output_text.logprobs"]}
 def read(request_class: type[Any], body: dict[str, Any], field: str = "max_tokens") -> Any:
     guard = RequestGuard("r", RequestLimits())
     body = {"model": "m", **body}
-    return read_within_limits(request_class, body, guard, 20, field, context_length=CONTEXT)
+    return read_within_limits(request_class, body, guard, MODEL, field)
 
 
 def refusal(request_class: type[Any], body: dict[str, Any], field: str = "max_tokens") -> Any:
@@ -141,17 +142,15 @@ def test_requests_within_the_bound_are_read(
 def test_the_bound_is_the_servers_setting() -> None:
     guard = RequestGuard("r", RequestLimits(max_logprob_entries=None))
     body = {"model": "m", "prompt": [LONG] * 64, "n": 16, "echo": True, "logprobs": 20}
-    read_within_limits(CompletionRequest, body, guard, 20, context_length=CONTEXT)
+    read_within_limits(CompletionRequest, body, guard, MODEL)
 
 
 def test_a_responses_answer_counts_its_log_probabilities_where_include_asks_for_them() -> None:
     """The Responses API has one choice: only a long context goes over (256k tokens x 21)."""
     guard = RequestGuard("r", RequestLimits())
     body = {"model": "m", "input": "Hi", "top_logprobs": 20}
-    field, context = "max_output_tokens", 262_144
-    read_within_limits(ResponsesRequest, body, guard, 20, field, context_length=context)
+    field, model = "max_output_tokens", ModelBounds(max_logprobs=20, context_length=262_144)
+    read_within_limits(ResponsesRequest, body, guard, model, field)
     with pytest.raises(InvalidRequestError) as raised:
-        read_within_limits(
-            ResponsesRequest, {**body, **INCLUDED}, guard, 20, field, context_length=context
-        )
+        read_within_limits(ResponsesRequest, {**body, **INCLUDED}, guard, model, field)
     assert raised.value.message.startswith("top_logprobs: the request may make 5,505,024 ")

@@ -21,7 +21,7 @@ from app.engine.vllm_openai.compat import (
     CompletionRequest,
     ResponsesRequest,
 )
-from app.engine.vllm_openai.limits import read_within_limits, values_of
+from app.engine.vllm_openai.limits import ModelBounds, read_within_limits, values_of
 from app.engine.vllm_openai.serving import Servers, VllmOpenAIServing
 from app.errors import InvalidRequestError
 from app.openai.limits import check_body
@@ -324,7 +324,8 @@ def test_a_body_that_sets_no_bound_asks_vllms_default_within_the_limit(
     }
     field = endpoints[request_class].max_tokens_field(body)
     guard = RequestGuard("r", RequestLimits(max_tokens=limit))
-    request = read_within_limits(request_class, {"model": "m", **body}, guard, 20, field)
+    model = ModelBounds(max_logprobs=20, context_length=2048)
+    request = read_within_limits(request_class, {"model": "m", **body}, guard, model, field)
     assert request.model_dump()[field] == bound  # (chat's max_tokens warns when read)
 
 

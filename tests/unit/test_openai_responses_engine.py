@@ -25,6 +25,7 @@ from app.engine.vllm_openai.acceptance import AcceptanceKey, acceptance_key
 from app.engine.vllm_openai.bodies import parse
 from app.engine.vllm_openai.compat import ResponsesRequest
 from app.engine.vllm_openai.guarded_request import EngineRequests, GuardedRequest
+from app.engine.vllm_openai.limits import ModelBounds
 from app.engine.vllm_openai.responses import responses_begun, responses_request, responses_server
 from app.errors import InvalidRequestError, ModelNotFoundError, RequestTimeoutError
 from app.openai.limits import check_body
@@ -32,6 +33,7 @@ from tests.unit.test_openai_engine import RefusingCheck, bodies
 from tests.unit.test_request_limits import MANY, SERVER_TIME_LIMIT_MS
 
 INPUT = {"model": "fake", "input": "Hi"}
+MODEL = ModelBounds(max_logprobs=20, context_length=2048)
 WEATHER = {"type": "function", "name": "f", "parameters": {"enum": [1] * MANY}}
 CASES = [
     ({"max_output_tokens": 2**31 - 1}, "max_output_tokens: 2147483647 is above"),
@@ -77,20 +79,21 @@ def test_limits_are_checked_before_vllms_serving_code(fields: dict[str, Any], me
 def read_as_served(body: dict[str, Any]) -> None:
     """The frontend's check of the body as sent, then the engine adapter's reading."""
     check_body(body, RequestLimits(max_tokens=16), "max_output_tokens")
-    responses_request(guard(), body, max_logprobs=20)
+    responses_request(guard(), body, MODEL)
 
 
 def test_max_output_tokens_is_capped_at_the_limit_when_unset_or_left() -> None:
-    assert responses_request(guard(16), INPUT, 20).max_output_tokens == 16
+    assert responses_request(guard(16), INPUT, MODEL).max_output_tokens == 16
     assert (
-        responses_request(guard(16), {**INPUT, "max_output_tokens": 4}, 20).max_output_tokens == 4
+        responses_request(guard(16), {**INPUT, "max_output_tokens": 4}, MODEL).max_output_tokens
+        == 4
     )
-    assert responses_request(guard(None), INPUT, 20).max_output_tokens is None
+    assert responses_request(guard(None), INPUT, MODEL).max_output_tokens is None
 
 
 def test_a_previous_response_is_404_as_none_is_stored() -> None:
     with pytest.raises(ModelNotFoundError) as raised:
-        responses_request(guard(), {**INPUT, "previous_response_id": "resp_1"}, 20)
+        responses_request(guard(), {**INPUT, "previous_response_id": "resp_1"}, MODEL)
     assert raised.value.param == "previous_response_id"
     assert "does not store responses" in raised.value.message
 

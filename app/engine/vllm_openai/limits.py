@@ -6,6 +6,7 @@ log probabilities, and the server's limits on the values as vLLM's request model
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -34,29 +35,35 @@ LIMITED_FIELDS = ("n", REPETITION_FIELD, *STOP_FIELDS, *TOKEN_ID_FIELDS)
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
 
 
+@dataclass(frozen=True, slots=True)
+class ModelBounds:
+    """What the served model bounds a request by."""
+
+    max_logprobs: int
+    """Log probabilities per position (vLLM's `max_logprobs`; -1: no bound)."""
+    context_length: int
+    """Tokens of prompt and output (vLLM's `max_model_len`)."""
+
+
 def read_within_limits(
     request_class: type[RequestModel],
     body: dict[str, Any],
     guard: RequestGuard,
-    max_logprobs: int,
+    model: ModelBounds,
     max_tokens_field: str = "max_tokens",
-    *,
-    context_length: int | None = None,
 ) -> RequestModel:
     """`body` (within the server's limits as sent) read by vLLM's `request_class`, within the
-    model's `max_logprobs` and the server's limits as read; a 400 naming the field
-    otherwise. A body that sets no bound on new tokens asks vLLM's default for it within
-    the server's limit. With the model's `context_length`, the log-probabilities the request
-    may make are bounded too (`check_logprobs_made`)."""
-    check_logprobs(body, max_logprobs)
+    `model`'s bounds and the server's limits as read, the log-probabilities it may make
+    included (`check_logprobs_made`); a 400 naming the field otherwise. A body that sets no
+    bound on new tokens asks vLLM's default for it within the server's limit."""
+    check_logprobs(body, model.max_logprobs)
     bounded = sets_a_bound(body, request_class)  # before vLLM's validators fill in defaults
     request: RequestModel = parse(request_class, body)
     check_limits(guard, values_of(request, max_tokens_field, bounded), max_tokens_field)
     if not bounded and guard.limits.max_tokens is not None:
         default = request_class.model_fields[max_tokens_field].default
         setattr(request, max_tokens_field, unset_max_tokens(default, guard.limits.max_tokens))
-    if context_length is not None:
-        check_logprobs_made(request, max_tokens_field, context_length, guard.limits)
+    check_logprobs_made(request, max_tokens_field, model.context_length, guard.limits)
     return request
 
 

@@ -15,7 +15,7 @@ from app.core.guard import RequestGuard
 from app.engine.vllm_openai.acceptance import first_then_rest
 from app.engine.vllm_openai.compat import ResponsesRequest, supported_arguments
 from app.engine.vllm_openai.guarded_request import GuardedRequest
-from app.engine.vllm_openai.limits import read_within_limits
+from app.engine.vllm_openai.limits import ModelBounds, read_within_limits
 from app.engine.vllm_openai.off_loop import OffLoopResponses
 from app.errors import InvalidRequestError, ModelNotFoundError
 
@@ -37,21 +37,12 @@ def responses_server(llm: Any, models: Any, arguments: Mapping[str, Any]) -> Any
 def responses_request(
     guard: RequestGuard,
     body: dict[str, Any],
-    max_logprobs: int,
-    *,
-    context_length: int | None = None,
+    model: ModelBounds,
 ) -> Any:
     """The body as vLLM's `ResponsesRequest` within the server's limits (checked as sent and
     as read, `max_output_tokens` MAX_TOKENS_LIMIT when unset), or a 400 naming the field (a
     404 for a `previous_response_id`: none is stored)."""
-    request = read_within_limits(
-        ResponsesRequest,
-        body,
-        guard,
-        max_logprobs,
-        MAX_OUTPUT_TOKENS,
-        context_length=context_length,
-    )
+    request = read_within_limits(ResponsesRequest, body, guard, model, MAX_OUTPUT_TOKENS)
     if request.previous_response_id is not None:
         raise ModelNotFoundError(
             f"previous_response_id: response '{request.previous_response_id[:256]}' not found: "

@@ -31,7 +31,7 @@ from app.engine.vllm_openai.compat import (
 from app.engine.vllm_openai.errors import as_server_error, raised_by_vllm
 from app.engine.vllm_openai.guarded_request import EngineOutputs, GuardedRequest, bound, serving
 from app.engine.vllm_openai.guarded_request import EngineRequests as EngineRequests  # VllmEngine
-from app.engine.vllm_openai.limits import read_within_limits
+from app.engine.vllm_openai.limits import ModelBounds, read_within_limits
 from app.engine.vllm_openai.off_loop import OffLoopChat, OffLoopCompletion, finished_response
 from app.engine.vllm_openai.options import OpenAIOptions
 from app.engine.vllm_openai.responses import (
@@ -134,13 +134,11 @@ class VllmOpenAIServing:
     ) -> bytes | AsyncGenerator[str, None]:
         """`endpoint`'s answer to `body`: the response's JSON text, or its SSE frames when
         it streams."""
-        max_logprobs = self._llm.model_config.max_logprobs
-        bounds = {"context_length": self._llm.model_config.max_model_len}
+        config = self._llm.model_config
+        model = ModelBounds(config.max_logprobs, config.max_model_len)
         if endpoint is OpenAIEndpoint.RESPONSES:
             # vLLM's model reads each input item in Python (some 60 µs each): off the loop
-            request = await asyncio.to_thread(
-                responses_request, guard, body, max_logprobs, **bounds
-            )
+            request = await asyncio.to_thread(responses_request, guard, body, model)
             return await self._serve(
                 self._servers.responses.create_responses,
                 request,
@@ -151,13 +149,11 @@ class VllmOpenAIServing:
                 dump=partial(json_text, by_alias=True),  # `text.format.schema`
             )
         if endpoint is OpenAIEndpoint.COMPLETIONS:
-            request = read_within_limits(CompletionRequest, body, guard, max_logprobs, **bounds)
+            request = read_within_limits(CompletionRequest, body, guard, model)
             create = self._servers.completion.create_completion
         else:
             field = endpoint.max_tokens_field(body)
-            request = read_within_limits(
-                ChatCompletionRequest, body, guard, max_logprobs, field, **bounds
-            )
+            request = read_within_limits(ChatCompletionRequest, body, guard, model, field)
             create = self._servers.chat.create_chat_completion
         return await self._serve(create, request, guard, adapter, headers)
 
