@@ -17,6 +17,7 @@ import tritonclient.grpc as triton_grpc
 
 from app.engine.cpu_defaults import CpuHost
 from app.paths import PROJECT_ROOT
+from app.settings import Settings
 from tests.image.conftest import TOOL, Started, report
 from tests.image.container import run
 from tests.image.lines import README, on_ports, only
@@ -178,10 +179,13 @@ def longest_pause(arrivals: list[float], since: float) -> str:
     return f"; the stream's longest pause after SIGTERM: {gap:.2f} s from {began:.1f} s"
 
 
-def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
+def test_sigterm_drains_the_running_stream_and_exits_0_within_its_stop_bound(
     readme_container: Started,
 ) -> None:
-    """Readiness and a new request are asked over a connection opened before the stream, and
+    """The stream runs to its end, then the engine stops and the container exits 0, within
+    the bound docs/operations.md gives a stop (DRAIN_TIMEOUT_SECONDS + SHUTDOWN_GRACE_SECONDS;
+    the engine's own stop takes some 4 s on a quiet 2-core host, 21 s on a busy one).
+    Readiness and a new request are asked over a connection opened before the stream, and
     no connection is opened while it runs: on some hosts a new connection to a published
     port stalls the container's network path, the running stream's connection too, for
     seconds (up to the stream's end in CI), while probes inside the container never wait."""
@@ -189,6 +193,9 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     state = container.inspect()
     env = dict(item.split("=", 1) for item in state["Config"]["Env"])
     drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
+    stop_bound = drain_timeout + float(
+        env.get("SHUTDOWN_GRACE_SECONDS", Settings.model_fields["shutdown_grace_seconds"].default)
+    )
     per_token = seconds_per_token(readme_container.http)
     max_tokens = tokens_for(per_token, STREAM_SHARE_OF_DRAIN * drain_timeout)
     body = {
@@ -220,7 +227,7 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     figures = (
         f"{per_token * 1000:.0f} ms a token measured; a stream of {max_tokens} tokens got "
         f"{len(stream.events)} events; after SIGTERM: {timeline} "
-        f"(drain timeout {drain_timeout:g} s)"
+        f"(drain timeout {drain_timeout:g} s, stop bound {stop_bound:g} s)"
     )
     figures += longest_pause(stream.arrivals, signalled)
     report(f"SIGTERM: {figures}")
@@ -232,4 +239,5 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_the_drain_timeout(
     )
     assert readiness == 503 and refused.status_code == 503, answered
     assert len(stream.events) == max_tokens and "error" not in stream.events[-1], figures
-    assert exit_code == 0 and stopped_after < drain_timeout, figures
+    assert moments["stream ended"] < drain_timeout, figures
+    assert exit_code == 0 and stopped_after < stop_bound, figures
