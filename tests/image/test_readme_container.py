@@ -169,6 +169,16 @@ container's measured time per token: hosts differ ~20x in speed."""
 READY = "/v2/health/ready"
 
 
+def stop_bounds(env: dict[str, str]) -> tuple[float, float]:
+    """The container's drain timeout, and the time docs/operations.md gives its stop (the
+    drain timeout + SHUTDOWN_GRACE_SECONDS)."""
+    drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
+    grace = env.get(
+        "SHUTDOWN_GRACE_SECONDS", Settings.model_fields["shutdown_grace_seconds"].default
+    )
+    return drain_timeout, drain_timeout + float(grace)
+
+
 def longest_pause(arrivals: list[float], since: float) -> str:
     """The longest wait between two of a stream's events after `since`, as a figure."""
     after = [at - since for at in arrivals if at >= since]
@@ -192,10 +202,7 @@ def test_sigterm_drains_the_running_stream_and_exits_0_within_its_stop_bound(
     container = readme_container.container
     state = container.inspect()
     env = dict(item.split("=", 1) for item in state["Config"]["Env"])
-    drain_timeout = float(env["DRAIN_TIMEOUT_SECONDS"])
-    stop_bound = drain_timeout + float(
-        env.get("SHUTDOWN_GRACE_SECONDS", Settings.model_fields["shutdown_grace_seconds"].default)
-    )
+    drain_timeout, stop_bound = stop_bounds(env)
     per_token = seconds_per_token(readme_container.http)
     max_tokens = tokens_for(per_token, STREAM_SHARE_OF_DRAIN * drain_timeout)
     body = {
