@@ -63,6 +63,7 @@ def request_limits(settings: Settings) -> RequestLimits:
         max_tools=settings.max_tools,
         max_repetition_pattern=settings.max_repetition_pattern,
         max_logprob_entries=settings.max_logprob_entries,
+        max_beam_search_positions=settings.max_beam_search_positions,
     )
 
 

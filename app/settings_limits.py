@@ -84,6 +84,13 @@ class LimitFields(BaseSettings):
         "(alternatives + 1), prompt log-probabilities included (held in memory until the "
         "response is written, some 220 bytes each).",
     )
+    max_beam_search_positions: int = Field(
+        67_108_864,
+        ge=0,
+        description="Token positions one OpenAI beam search (use_beam_search) may keep: its "
+        "beams (n) x new tokens x (prompt + new tokens) for each prompt, as vLLM keeps every "
+        "beam that ended (some 13 bytes each; it grows with the square of the new tokens).",
+    )
     request_timeout_seconds: float | None = Field(
         None, gt=0, description="Abort requests running longer than this."
     )

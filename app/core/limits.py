@@ -72,6 +72,9 @@ class RequestLimits:
     max_logprob_entries: int | None = 4_194_304
     """Log-probabilities one request may ask for (`logprob_entries`), all held in memory
     until its response is written (some 220 bytes each)."""
+    max_beam_search_positions: int | None = 67_108_864
+    """Token positions an OpenAI beam search may keep: beams x new tokens x (prompt + new
+    tokens), per prompt (vLLM keeps every beam that ended; some 13 bytes each)."""
 
 
 def check_context(

@@ -1,6 +1,7 @@
 """The OpenAI API's API keys, overload, timeouts and hostile input against the real engine, on a
-server of its own: API_KEYS, MAX_PENDING_REQUESTS=2, REQUEST_TIMEOUT_SECONDS=3, MAX_N=4; and
-MAX_TOKENS_LIMIT on the session's limited server (MAX_TOKENS_LIMIT=2)."""
+server of its own: API_KEYS, MAX_PENDING_REQUESTS=2, REQUEST_TIMEOUT_SECONDS=3, MAX_N=4,
+MAX_BEAM_SEARCH_POSITIONS=100000; and MAX_TOKENS_LIMIT on the session's limited server
+(MAX_TOKENS_LIMIT=2)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def limited() -> Iterator[RunningServer]:
         "MAX_PENDING_REQUESTS": "2",
         "REQUEST_TIMEOUT_SECONDS": "3",
         "MAX_N": "4",
+        "MAX_BEAM_SEARCH_POSITIONS": "100000",
         "AUTH_OPEN_METRICS": "true",
     }
     server = start_server(name="openai-limits", env=env)
@@ -150,6 +152,29 @@ def test_server_limits_name_the_field(limited: RunningServer) -> None:
     url = f"{limited.base_url}/v1/chat/completions"
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 5}
     assert openai_error(httpx.post(url, json=body, headers=AUTH), 400)["param"] == "n"
+
+
+def test_a_beam_search_that_may_keep_too_much_is_refused_and_a_small_one_runs(
+    limited: RunningServer, limited_server: RunningServer
+) -> None:
+    """vLLM keeps every beam that ended: 4 beams x 2,000 new tokens x (prompt + 2,000)
+    positions go over MAX_BEAM_SEARCH_POSITIONS=100,000 (refused at once); 2 beams of 2
+    tokens run (on the session's limited server, which has no request timeout)."""
+    body = {"model": MODEL, "prompt": "Hi", "use_beam_search": True}
+    refused = httpx.post(
+        f"{limited.base_url}/v1/completions",
+        json={**body, "n": 4, "max_tokens": 2000},
+        headers=AUTH,
+        timeout=60,
+    )
+    error = openai_error(refused, 400)
+    assert error["param"] == "use_beam_search"
+    assert "above this server's limit of 100,000" in error["message"]
+    small = {**body, "n": 2, "max_tokens": 2}
+    served = httpx.post(f"{limited_server.base_url}/v1/completions", json=small, timeout=600)
+    assert served.status_code == 200, served.text
+    assert [choice["index"] for choice in served.json()["choices"]] == [0, 1]
+    settle(limited.base_url)
 
 
 def test_request_ids_are_bounded_and_an_unsafe_header_is_not_vllms(limited: RunningServer) -> None:

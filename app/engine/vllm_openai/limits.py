@@ -53,8 +53,8 @@ def read_within_limits(
     max_tokens_field: str = "max_tokens",
 ) -> RequestModel:
     """`body` (within the server's limits as sent) read by vLLM's `request_class`, within the
-    `model`'s bounds and the server's limits as read, the log-probabilities it may make
-    included (`check_logprobs_made`); a 400 naming the field otherwise. A body that sets no
+    `model`'s bounds and the server's limits as read, the log-probabilities it may make and
+    what its beam search may keep included; a 400 naming the field otherwise. A body that sets no
     bound on new tokens asks vLLM's default for it within the server's limit."""
     check_logprobs(body, model.max_logprobs)
     bounded = sets_a_bound(body, request_class)  # before vLLM's validators fill in defaults
@@ -64,6 +64,7 @@ def read_within_limits(
         default = request_class.model_fields[max_tokens_field].default
         setattr(request, max_tokens_field, unset_max_tokens(default, guard.limits.max_tokens))
     check_logprobs_made(request, max_tokens_field, model.context_length, guard.limits)
+    check_beam_search(request, max_tokens_field, model.context_length, guard.limits)
     return request
 
 
@@ -127,8 +128,7 @@ def check_logprobs_made(
     prompts = prompt_bounds(stored.get("prompt"), context_length)
     n = integer(stored.get("n")) or 1
     alternatives = alternatives_asked(stored)
-    asked = integer(stored.get(max_tokens_field))
-    new_tokens = min(context_length if asked is None else asked, context_length)
+    new_tokens = new_tokens_at_most(stored, max_tokens_field, context_length)
     made = logprob_entries(n * len(prompts), new_tokens, alternatives)
     prompt_alternatives = integer(stored.get("prompt_logprobs"))
     if prompt_alternatives is None and stored.get("echo") is True and "prompt" in stored:
@@ -139,6 +139,38 @@ def check_logprobs_made(
     if scored > made:
         field = "prompt_logprobs" if stored.get("prompt_logprobs") is not None else "echo"
     check_logprob_entries(field, made + scored, limits.max_logprob_entries)
+
+
+def check_beam_search(
+    request: BaseModel, max_tokens_field: str, context_length: int, limits: RequestLimits
+) -> None:
+    """The server's bound on what vLLM's beam search (`use_beam_search`) keeps of `request`:
+    every beam that ended, each with its tokens (the prompt's too) and its new tokens'
+    log-probabilities, so `n` beams x new tokens x (prompt + new tokens) positions per prompt
+    (chat: the context), which grows with the square of the new tokens."""
+    stored = vars(request)
+    limit = limits.max_beam_search_positions
+    if stored.get("use_beam_search") is not True or limit is None:
+        return
+    beams = integer(stored.get("n")) or 1
+    new_tokens = new_tokens_at_most(stored, max_tokens_field, context_length)
+    prompts = prompt_bounds(stored.get("prompt"), context_length)
+    kept = sum(beams * new_tokens * min(p + new_tokens, context_length) for p in prompts)
+    if kept > limit:
+        raise InvalidRequestError(
+            f"use_beam_search: {beams} beams of up to {new_tokens:,} new tokens may keep "
+            f"{kept:,} token positions (beams x new tokens x (prompt + new tokens)), above "
+            f"this server's limit of {limit:,}: ask for fewer beams (n) or new tokens",
+            param="use_beam_search",
+        )
+
+
+def new_tokens_at_most(
+    stored: Mapping[str, Any], max_tokens_field: str, context_length: int
+) -> int:
+    """A choice's new tokens at most: its `max_tokens_field`, else the context."""
+    asked = integer(stored.get(max_tokens_field))
+    return min(context_length if asked is None else asked, context_length)
 
 
 def alternatives_asked(stored: Mapping[str, Any]) -> int | None:
