@@ -20,8 +20,8 @@ from app.engine.vllm_openai.compat import ChatCompletionRequest, CompletionReque
 from app.engine.vllm_openai.limits import ModelBounds, read_within_limits
 from app.errors import InvalidRequestError
 
-LONG_CONTEXT = ModelBounds(max_logprobs=20, context_length=32_768)
-DEFAULT_MODEL = ModelBounds(max_logprobs=20, context_length=2_048)
+LONG_CONTEXT = ModelBounds(max_logprobs=20, context_length=32_768, vocab_size=49_152)
+DEFAULT_MODEL = ModelBounds(max_logprobs=20, context_length=2_048, vocab_size=49_152)
 """The default model's bounds: every beam search it can run is within the default limit."""
 MESSAGES = {"messages": [{"role": "user", "content": "Hi"}]}
 BEAMS = {"use_beam_search": True}

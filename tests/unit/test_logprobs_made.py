@@ -23,7 +23,9 @@ from app.engine.vllm_openai.limits import ModelBounds, read_within_limits
 from app.errors import InvalidRequestError
 
 CONTEXT = 32_768
-MODEL = ModelBounds(max_logprobs=20, context_length=CONTEXT)
+VOCAB = 49_152
+"""The default model's vocabulary."""
+MODEL = ModelBounds(max_logprobs=20, context_length=CONTEXT, vocab_size=VOCAB)
 LONG = "word " * 10_000
 """A prompt of 50,000 UTF-8 bytes: up to the whole context."""
 INCLUDED = {"include": ["message.output_text.logprobs"]}
@@ -149,8 +151,24 @@ def test_a_responses_answer_counts_its_log_probabilities_where_include_asks_for_
     """The Responses API has one choice: only a long context goes over (256k tokens x 21)."""
     guard = RequestGuard("r", RequestLimits())
     body = {"model": "m", "input": "Hi", "top_logprobs": 20}
-    field, model = "max_output_tokens", ModelBounds(max_logprobs=20, context_length=262_144)
+    field, model = "max_output_tokens", ModelBounds(20, 262_144, VOCAB)
     read_within_limits(ResponsesRequest, body, guard, model, field)
     with pytest.raises(InvalidRequestError) as raised:
         read_within_limits(ResponsesRequest, {**body, **INCLUDED}, guard, model, field)
     assert raised.value.message.startswith("top_logprobs: the request may make 5,505,024 ")
+
+
+def test_all_of_the_vocabulary_counts_as_its_size_where_the_model_allows_it() -> None:
+    """`-1` asks for every token's log-probability, which vLLM allows where the model's
+    `max_logprobs` is -1: 100 new tokens x (49,152 + 1) go over; 50 do not."""
+    guard = RequestGuard("r", RequestLimits())
+    unbounded = ModelBounds(max_logprobs=-1, context_length=2_048, vocab_size=VOCAB)
+    body = {"model": "m", "prompt": "Hi", "logprobs": -1}
+    read_within_limits(CompletionRequest, {**body, "max_tokens": 50}, guard, unbounded)
+    with pytest.raises(InvalidRequestError) as raised:
+        read_within_limits(CompletionRequest, {**body, "max_tokens": 100}, guard, unbounded)
+    assert raised.value.message.startswith("logprobs: the request may make 4,915,300 ")
+    scored = {"model": "m", "prompt": LONG, "max_tokens": 1, "prompt_logprobs": -1}
+    with pytest.raises(InvalidRequestError) as raised:
+        read_within_limits(CompletionRequest, scored, guard, unbounded)
+    assert raised.value.param == "prompt_logprobs"

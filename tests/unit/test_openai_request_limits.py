@@ -48,7 +48,11 @@ class NotServed:
         responses=None,
         renderer=None,
     )
-    _llm = SimpleNamespace(model_config=SimpleNamespace(max_logprobs=20, max_model_len=2048))
+    _llm = SimpleNamespace(
+        model_config=SimpleNamespace(
+            max_logprobs=20, max_model_len=2048, get_vocab_size=lambda: 49_152
+        )
+    )
 
     async def _serve(self, *args: Any) -> Any:
         raise AssertionError("the request reached vLLM's serving code")
@@ -324,7 +328,7 @@ def test_a_body_that_sets_no_bound_asks_vllms_default_within_the_limit(
     }
     field = endpoints[request_class].max_tokens_field(body)
     guard = RequestGuard("r", RequestLimits(max_tokens=limit))
-    model = ModelBounds(max_logprobs=20, context_length=2048)
+    model = ModelBounds(max_logprobs=20, context_length=2048, vocab_size=49_152)
     request = read_within_limits(request_class, {"model": "m", **body}, guard, model, field)
     assert request.model_dump()[field] == bound  # (chat's max_tokens warns when read)
 

@@ -33,7 +33,7 @@ from tests.unit.test_openai_engine import RefusingCheck, bodies
 from tests.unit.test_request_limits import MANY, SERVER_TIME_LIMIT_MS
 
 INPUT = {"model": "fake", "input": "Hi"}
-MODEL = ModelBounds(max_logprobs=20, context_length=2048)
+MODEL = ModelBounds(max_logprobs=20, context_length=2048, vocab_size=49_152)
 WEATHER = {"type": "function", "name": "f", "parameters": {"enum": [1] * MANY}}
 CASES = [
     ({"max_output_tokens": 2**31 - 1}, "max_output_tokens: 2147483647 is above"),

@@ -43,6 +43,9 @@ class ModelBounds:
     """Log probabilities per position (vLLM's `max_logprobs`; -1: no bound)."""
     context_length: int
     """Tokens of prompt and output (vLLM's `max_model_len`)."""
+    vocab_size: int
+    """Tokens of its vocabulary: the alternatives a position has when a request asks for
+    all of them (`-1`, where `max_logprobs` is -1)."""
 
 
 def read_within_limits(
@@ -63,7 +66,7 @@ def read_within_limits(
     if not bounded and guard.limits.max_tokens is not None:
         default = request_class.model_fields[max_tokens_field].default
         setattr(request, max_tokens_field, unset_max_tokens(default, guard.limits.max_tokens))
-    check_logprobs_made(request, max_tokens_field, model.context_length, guard.limits)
+    check_logprobs_made(request, max_tokens_field, model, guard.limits)
     check_beam_search(request, max_tokens_field, model.context_length, guard.limits)
     return request
 
@@ -118,19 +121,22 @@ LOGPROBS_INCLUDED = "message.output_text.logprobs"
 
 
 def check_logprobs_made(
-    request: BaseModel, max_tokens_field: str, context_length: int, limits: RequestLimits
+    request: BaseModel, max_tokens_field: str, model: ModelBounds, limits: RequestLimits
 ) -> None:
     """The server's bound on the log-probabilities vLLM's `request` may make: each choice's
     new tokens (up to its `max_tokens_field`, else the context) and, with `prompt_logprobs`
     or completions' `echo`, its prompt's (up to its UTF-8 bytes or token ids, and the
-    context), times the alternatives asked for at each position, plus its own token."""
+    context), times the alternatives asked for at each position (`-1`: the vocabulary),
+    plus its own token."""
     stored = vars(request)
+    context_length = model.context_length
     prompts = prompt_bounds(stored.get("prompt"), context_length)
     n = integer(stored.get("n")) or 1
-    alternatives = alternatives_asked(stored)
+    alternatives = counted_alternatives(alternatives_asked(stored), model.vocab_size)
     new_tokens = new_tokens_at_most(stored, max_tokens_field, context_length)
     made = logprob_entries(n * len(prompts), new_tokens, alternatives)
-    prompt_alternatives = integer(stored.get("prompt_logprobs"))
+    asked_of_prompt = integer(stored.get("prompt_logprobs"))
+    prompt_alternatives = counted_alternatives(asked_of_prompt, model.vocab_size)
     if prompt_alternatives is None and stored.get("echo") is True and "prompt" in stored:
         prompt_alternatives = alternatives  # completions score an echoed prompt as output
     scored = sum(logprob_entries(n, positions, prompt_alternatives) for positions in prompts)
@@ -139,6 +145,11 @@ def check_logprobs_made(
     if scored > made:
         field = "prompt_logprobs" if stored.get("prompt_logprobs") is not None else "echo"
     check_logprob_entries(field, made + scored, limits.max_logprob_entries)
+
+
+def counted_alternatives(alternatives: int | None, vocab_size: int) -> int | None:
+    """Alternatives asked for at a position, `-1` (every token of the vocabulary) counted."""
+    return vocab_size if alternatives == -1 else alternatives
 
 
 def check_beam_search(

@@ -135,7 +135,7 @@ class VllmOpenAIServing:
         """`endpoint`'s answer to `body`: the response's JSON text, or its SSE frames when
         it streams."""
         config = self._llm.model_config
-        model = ModelBounds(config.max_logprobs, config.max_model_len)
+        model = ModelBounds(config.max_logprobs, config.max_model_len, config.get_vocab_size())
         if endpoint is OpenAIEndpoint.RESPONSES:
             # vLLM's model reads each input item in Python (some 60 µs each): off the loop
             request = await asyncio.to_thread(responses_request, guard, body, model)
