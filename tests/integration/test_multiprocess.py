@@ -269,6 +269,11 @@ def frontend_processes(group: RunningServer) -> list[psutil.Process]:
     ]
 
 
+def serving_frontends(group: RunningServer) -> int:
+    """Frontend processes that have started serving, by their log lines."""
+    return group.log_path.read_text(errors="replace").count("Started HTTPService at")
+
+
 def command_line(process: psutil.Process) -> list[str]:
     try:
         line: list[str] = process.cmdline()
@@ -364,6 +369,9 @@ def test_a_stop_while_a_killed_frontend_awaits_its_restart_exits_cleanly() -> No
     env = {"FRONTEND_PROCESSES": "2", "DRAIN_TIMEOUT_SECONDS": "5"}
     server = start_server(name="frontends-stop", env=env)
     try:
+        # the server answers once one frontend serves; a frontend killed before it is ready
+        # stops the group instead (a failed start is not restarted)
+        assert wait_for(lambda: serving_frontends(server) == 2, 120, 0.1), server.log_tail()
         descendants = psutil.Process(server.process.pid).children(recursive=True)
         frontend_processes(server)[0].kill()
         assert wait_for(lambda: "starting it again" in server.log_path.read_text(), 30, 0.05)
