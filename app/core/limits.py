@@ -96,14 +96,27 @@ def check_context(
 
 def check_logprobs_made(request: ValidRequest, engine: InferenceEngine, limit: int | None) -> None:
     """The log-probabilities a request makes: `n` x `max_tokens` (vLLM's default where unset)
-    x (`logprobs` + 1). A `logprobs` above the model's own bound is the engine's to refuse,
-    in its words."""
-    alternatives = integer(request.sampling.get("logprobs"))
-    if alternatives is None or 0 <= engine.max_logprobs < alternatives:
+    x (the alternatives computed + 1). A `logprobs` above the model's own bound is the
+    engine's to refuse, in its words."""
+    logprobs = integer(request.sampling.get("logprobs"))
+    if logprobs is not None and 0 <= engine.max_logprobs < logprobs:
         return
+    alternatives, field = alternatives_computed(logprobs, request.sampling)
     positions = request.max_tokens if request.max_tokens is not None else ENGINE_MAX_TOKENS
     entries = logprob_entries(request.n, positions, alternatives)
-    check_logprob_entries(f"{request.parameters_field}.logprobs", entries, limit)
+    check_logprob_entries(f"{request.parameters_field}.{field}", entries, limit)
+
+
+def alternatives_computed(
+    logprobs: int | None, sampling: Mapping[str, Any], logprobs_field: str = "logprobs"
+) -> tuple[int | None, str]:
+    """The alternatives the engine computes at each new token, as vLLM's `num_logprobs`
+    reads them, and the field that asks for them: the length of a `logprob_token_ids` list
+    where one is given (the tokens it names), else `logprobs`."""
+    token_ids = sampling.get("logprob_token_ids")
+    if isinstance(token_ids, list) and token_ids:
+        return len(token_ids), "logprob_token_ids"
+    return logprobs, logprobs_field
 
 
 def check_sampling(

@@ -204,3 +204,25 @@ def test_a_request_that_may_make_too_many_log_probabilities_is_refused_at_once(
     served = http.post("/v1/completions", json={**body, "prompt": ["Hi"] * 64})
     assert served.status_code == 200, served.text[:300]
     assert len(served.json()["choices"]) == 64
+
+
+NAMED = [10, 20, 30, 40, 50]
+
+
+def test_logprob_token_ids_are_the_alternatives_the_engine_computes(http: httpx.Client) -> None:
+    """vLLM computes a log-probability for each token `logprob_token_ids` names, whatever
+    `logprobs` says, so the bound counts them: 16 choices x 2,048 tokens x (128 + 1) are
+    refused at once, on OpenAI's routes and Triton's."""
+    named = {"logprobs": 1, "logprob_token_ids": NAMED, "max_tokens": 2}
+    served = http.post("/v1/completions", json={"model": "smollm2", "prompt": "Hi", **named})
+    assert served.status_code == 200, served.text[:300]
+    for alternatives in served.json()["choices"][0]["logprobs"]["top_logprobs"]:
+        assert len(alternatives) >= len(NAMED)
+    many = {"n": 16, "max_tokens": 2048, "logprobs": 1, "logprob_token_ids": list(range(128))}
+    refused = http.post("/v1/completions", json={"model": "smollm2", "prompt": "Hi", **many})
+    assert refused.status_code == 400, refused.text[:300]
+    assert refused.json()["error"]["param"] == "logprob_token_ids"
+    del many["logprobs"]
+    triton = http.post("/v2/models/smollm2/generate", json={"text_input": "Hi", "parameters": many})
+    assert triton.status_code == 400, triton.text[:300]
+    assert triton.json()["error"].startswith("parameters.logprob_token_ids: the request may make")

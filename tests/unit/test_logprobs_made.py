@@ -172,3 +172,13 @@ def test_all_of_the_vocabulary_counts_as_its_size_where_the_model_allows_it() ->
     with pytest.raises(InvalidRequestError) as raised:
         read_within_limits(CompletionRequest, scored, guard, unbounded)
     assert raised.value.param == "prompt_logprobs"
+
+
+def test_logprob_token_ids_count_as_the_alternatives_they_name() -> None:
+    """vLLM computes one log-probability for each token `logprob_token_ids` names (up to
+    128), whatever `logprobs` says: 16 choices x 2,048 tokens x (128 + 1) go over."""
+    body = {"prompt": "Hi", "n": 16, "max_tokens": 2048, "logprobs": 1}
+    read(CompletionRequest, {**body, "logprob_token_ids": list(range(64))})
+    refused = refusal(CompletionRequest, {**body, "logprob_token_ids": list(range(128))})
+    assert refused.param == "logprob_token_ids"
+    assert refused.message.startswith("logprob_token_ids: the request may make 4,227,072 ")

@@ -118,6 +118,12 @@ CASES = [
         "parameters.logprobs: the request may make 5,376 log-probabilities",
     ),
     LimitCase(
+        "logprobs_made_by_token_ids",
+        lambda many: {"n": 4, "max_tokens": 16, "logprob_token_ids": list(range(128))},
+        "parameters.logprob_token_ids: the request may make 8,256 log-probabilities",
+        in_url=False,  # a query's typed n and max_tokens give way to sampling_parameters
+    ),
+    LimitCase(
         "repetition_detection_as_text",
         lambda many: {"repetition_detection": {"max_pattern_size": "1000000000", "min_count": "2"}},
         "parameters.repetition_detection.max_pattern_size: 1000000000 is above",

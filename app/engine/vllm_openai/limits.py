@@ -17,6 +17,7 @@ from app.core.limits import (
     STOP_FIELDS,
     TOKEN_ID_FIELDS,
     RequestLimits,
+    alternatives_computed,
     check_count,
     check_logprob_entries,
     count_prompts,
@@ -132,7 +133,11 @@ def check_logprobs_made(
     context_length = model.context_length
     prompts = prompt_bounds(stored.get("prompt"), context_length)
     n = integer(stored.get("n")) or 1
-    alternatives = counted_alternatives(alternatives_asked(stored), model.vocab_size)
+    counted = isinstance(stored.get("logprobs"), int) and not isinstance(stored["logprobs"], bool)
+    asked, field = alternatives_computed(
+        alternatives_asked(stored), stored, "logprobs" if counted else "top_logprobs"
+    )
+    alternatives = counted_alternatives(asked, model.vocab_size)
     new_tokens = new_tokens_at_most(stored, max_tokens_field, context_length)
     made = logprob_entries(n * len(prompts), new_tokens, alternatives)
     asked_of_prompt = integer(stored.get("prompt_logprobs"))
@@ -140,8 +145,6 @@ def check_logprobs_made(
     if prompt_alternatives is None and stored.get("echo") is True and "prompt" in stored:
         prompt_alternatives = alternatives  # completions score an echoed prompt as output
     scored = sum(logprob_entries(n, positions, prompt_alternatives) for positions in prompts)
-    counted = isinstance(stored.get("logprobs"), int) and not isinstance(stored["logprobs"], bool)
-    field = "logprobs" if counted else "top_logprobs"
     if scored > made:
         field = "prompt_logprobs" if stored.get("prompt_logprobs") is not None else "echo"
     check_logprob_entries(field, made + scored, limits.max_logprob_entries)
